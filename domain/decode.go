@@ -1,0 +1,59 @@
+package domain
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+)
+
+// DecodeTask rebuilds a task from its stored bytes. It is the one way back
+// from storage: it rejects a record that does not hold together (so the store
+// can move it to corrupt/) and normalises JSON nulls to empty values.
+func DecodeTask(data []byte) (Task, error) {
+	var t Task
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&t); err != nil {
+		return Task{}, fmt.Errorf("decode task: %w", err)
+	}
+	if dec.More() {
+		return Task{}, fmt.Errorf("decode task: trailing data")
+	}
+	t.Item = nonNull(t.Item)
+	t.Progress = nonNull(t.Progress)
+	t.Result = nonNull(t.Result)
+	switch {
+	case !ValidID(t.ID):
+		return Task{}, fmt.Errorf("decode task: bad id %q", t.ID)
+	case !t.Status.Valid():
+		return Task{}, fmt.Errorf("decode task %s: bad status %q", t.ID, t.Status)
+	case t.Status == Processing && t.Lease == nil:
+		return Task{}, fmt.Errorf("decode task %s: processing without a lease", t.ID)
+	case t.Status.Terminal() && t.FinishedAt == nil:
+		return Task{}, fmt.Errorf("decode task %s: terminal without finishedAt", t.ID)
+	case t.Attempts < 0:
+		return Task{}, fmt.Errorf("decode task %s: negative attempts", t.ID)
+	}
+	return t, nil
+}
+
+// EncodeTask is the stored form of t: one JSON object and a newline.
+func EncodeTask(t Task) []byte {
+	b, err := json.Marshal(t)
+	if err != nil {
+		// Every field is a plain value or already-valid raw JSON.
+		panic(fmt.Sprintf("encode task %s: %v", t.ID, err))
+	}
+	return append(b, '\n')
+}
+
+// IsNull reports whether raw is absent or the JSON literal null.
+func IsNull(raw json.RawMessage) bool {
+	return len(raw) == 0 || string(raw) == "null"
+}
+
+func nonNull(raw json.RawMessage) json.RawMessage {
+	if IsNull(raw) {
+		return nil
+	}
+	return raw
+}

@@ -1,0 +1,121 @@
+package domain
+
+import (
+	"regexp"
+	"time"
+)
+
+// RetainFrom says when a terminal task's retention countdown starts.
+type RetainFrom string
+
+const (
+	RetainFromFinished RetainFrom = "finished" // at finishedAt, read or not
+	RetainFromFetched  RetainFrom = "fetched"  // at fetchedAt; never while unread
+)
+
+// Settings are a queue's timings and limits (SPEC §1, "settings").
+type Settings struct {
+	LeaseSeconds    int64      `json:"leaseSeconds"`
+	QueueSeconds    int64      `json:"queueSeconds"`
+	RetainSeconds   int64      `json:"retainSeconds"`
+	RetainFrom      RetainFrom `json:"retainFrom"`
+	ArchivePayloads bool       `json:"taskhoster-archivePayloads"`
+	MaxItemBytes    int64      `json:"maxItemBytes"`
+}
+
+// DefaultSettings are what a queue file's missing settings become.
+func DefaultSettings() Settings {
+	return Settings{
+		LeaseSeconds:  60,
+		QueueSeconds:  86400,
+		RetainSeconds: 3600,
+		RetainFrom:    RetainFromFinished,
+		MaxItemBytes:  1 << 20,
+	}
+}
+
+// Lease is the length of one lease.
+func (s Settings) Lease() time.Duration { return time.Duration(s.LeaseSeconds) * time.Second }
+
+// Action names something a user may do on a queue.
+type Action string
+
+const (
+	ActionPost   Action = "post"
+	ActionStatus Action = "status"
+	ActionWork   Action = "work"
+	ActionLogs   Action = "logs"
+)
+
+// Actions lists every action, in the order of a queue file's access block.
+var Actions = []Action{ActionPost, ActionStatus, ActionWork, ActionLogs}
+
+// Rule is who may do one action: everyone, or the listed users. The zero Rule
+// allows nobody (an action left out of the access block).
+type Rule struct {
+	Public bool
+	Users  []string
+}
+
+// Allows reports whether user (empty for anonymous) may act under r.
+func (r Rule) Allows(user string) bool {
+	if r.Public {
+		return true
+	}
+	if user == "" {
+		return false
+	}
+	for _, u := range r.Users {
+		if u == user {
+			return true
+		}
+	}
+	return false
+}
+
+// Access maps each action to its rule.
+type Access map[Action]Rule
+
+// Decision is the outcome of an access check, before it becomes a status code.
+type Decision int
+
+const (
+	Allowed      Decision = iota
+	Unauthorized          // credentials are needed and none (or unknown ones) came
+	Forbidden             // a known user who is not on the list
+)
+
+// Check decides whether user (empty for a request without a known token) may
+// do at least one of the actions.
+func (a Access) Check(user string, actions ...Action) Decision {
+	for _, act := range actions {
+		if a[act].Allows(user) {
+			return Allowed
+		}
+	}
+	if user == "" {
+		return Unauthorized
+	}
+	return Forbidden
+}
+
+var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// ValidName reports whether s may name a queue or a user (SPEC §1).
+func ValidName(s string) bool { return namePattern.MatchString(s) }
+
+var hostPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{0,252}$`)
+
+// ValidHost reports whether s may name a host folder: a DNS name of
+// [a-z0-9.-], no leading dot and no "..", so it can never climb out of a folder.
+func ValidHost(s string) bool {
+	if !hostPattern.MatchString(s) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if s[i] == '.' && s[i-1] == '.' {
+			return false
+		}
+	}
+	return true
+}

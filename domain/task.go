@@ -1,0 +1,153 @@
+// Package domain is Taskhoster's task state machine: the record, the legal
+// moves between states, and the lease, timeout and retention rules. It is pure:
+// every rule takes the current time as an argument, nothing here reads a clock,
+// touches a disc or a network.
+package domain
+
+import (
+	"encoding/json"
+	"regexp"
+	"time"
+)
+
+// Status is where a task is in its life. It is also the directory its file
+// sits in on disc (finished and failed share "done").
+type Status string
+
+const (
+	// Pending: waiting to be claimed. A post puts a task here; a lease lapse
+	// (the sweep) or a dropped worker socket puts it back. A claim, a result
+	// or a queue timeout takes it out.
+	Pending Status = "pending"
+	// Processing: leased to a worker by a claim. Progress keeps it here and
+	// extends the lease; a result, a lease lapse, a socket drop or a queue
+	// timeout takes it out.
+	Processing Status = "processing"
+	// Finished: terminal. The first accepted result put it here. Only
+	// retention (the sweep) takes it out, by deleting it.
+	Finished Status = "finished"
+	// Failed: terminal. The queue timeout (the sweep) or a corrupt file put it
+	// here. Only retention takes it out.
+	Failed Status = "failed"
+)
+
+// Valid reports whether s is one of the four statuses.
+func (s Status) Valid() bool {
+	switch s {
+	case Pending, Processing, Finished, Failed:
+		return true
+	}
+	return false
+}
+
+// Terminal reports whether no result can change the task any more.
+func (s Status) Terminal() bool { return s == Finished || s == Failed }
+
+// Dir is the state directory a task with this status lives in.
+func (s Status) Dir() string {
+	if s.Terminal() {
+		return "done"
+	}
+	return string(s)
+}
+
+// Dirs lists the state directories in the order of the lifecycle. When a task
+// is found in two of them after a crash, the later one holds the newer copy.
+var Dirs = []string{"pending", "processing", "done"}
+
+// Lease says who holds a processing task and until when (Unix milliseconds).
+type Lease struct {
+	Worker string `json:"worker"`
+	Until  int64  `json:"until"`
+}
+
+// Task is the full record of one task, exactly as stored on disc (seed
+// "Store", "The item object"). Field order is the order of the seed.
+type Task struct {
+	ID         string          `json:"id"`
+	Host       string          `json:"host"`
+	Queue      string          `json:"queue"`
+	Status     Status          `json:"status"`
+	Item       json.RawMessage `json:"item"`
+	PostedBy   *string         `json:"postedBy"`
+	PostedAt   int64           `json:"postedAt"`
+	UpdatedAt  int64           `json:"updatedAt"`
+	Attempts   int             `json:"attempts"`
+	Lease      *Lease          `json:"lease"`
+	Progress   json.RawMessage `json:"progress"`
+	Result     json.RawMessage `json:"result"`
+	Error      *string         `json:"error"`
+	FinishedAt *int64          `json:"finishedAt"`
+	FetchedAt  *int64          `json:"fetchedAt"`
+}
+
+// View is what a producer reads: the record without host, item, postedBy,
+// lease and fetchedAt (SPEC §3).
+type View struct {
+	ID         string          `json:"id"`
+	Queue      string          `json:"queue"`
+	Status     Status          `json:"status"`
+	Attempts   int             `json:"attempts"`
+	Progress   json.RawMessage `json:"progress"`
+	Result     json.RawMessage `json:"result"`
+	Error      *string         `json:"error"`
+	PostedAt   int64           `json:"postedAt"`
+	UpdatedAt  int64           `json:"updatedAt"`
+	FinishedAt *int64          `json:"finishedAt"`
+}
+
+// View returns the producer's view of t.
+func (t Task) View() View {
+	return View{
+		ID: t.ID, Queue: t.Queue, Status: t.Status, Attempts: t.Attempts,
+		Progress: nullIfEmpty(t.Progress), Result: nullIfEmpty(t.Result), Error: t.Error,
+		PostedAt: t.PostedAt, UpdatedAt: t.UpdatedAt, FinishedAt: t.FinishedAt,
+	}
+}
+
+// Clone returns a copy of t that shares no pointers with it, so that a
+// repository can hand out records without callers mutating its index.
+func (t Task) Clone() Task {
+	c := t
+	if t.PostedBy != nil {
+		v := *t.PostedBy
+		c.PostedBy = &v
+	}
+	if t.Lease != nil {
+		v := *t.Lease
+		c.Lease = &v
+	}
+	if t.Error != nil {
+		v := *t.Error
+		c.Error = &v
+	}
+	if t.FinishedAt != nil {
+		v := *t.FinishedAt
+		c.FinishedAt = &v
+	}
+	if t.FetchedAt != nil {
+		v := *t.FetchedAt
+		c.FetchedAt = &v
+	}
+	// Item, Progress and Result are never mutated in place, only replaced,
+	// so sharing their backing arrays is safe.
+	return c
+}
+
+var idPattern = regexp.MustCompile(`^[0-9a-f]{16}$`)
+
+// ValidID reports whether id has the form of a task id: 16 lower-case hex
+// characters. Anything else can never name a task (or a file).
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+// Millis converts a time to the record's millisecond timestamps.
+func Millis(t time.Time) int64 { return t.UnixMilli() }
+
+func nullIfEmpty(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return json.RawMessage("null")
+	}
+	return raw
+}
+
+func ptr[T any](v T) *T { return &v }

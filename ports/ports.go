@@ -1,0 +1,101 @@
+// Package ports declares what the use cases in app need from the outside
+// world. Adapters implement these; app and the tests depend only on them.
+package ports
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/taskhoster/taskhoster/domain"
+)
+
+// QueueRef names one queue of one host.
+type QueueRef struct {
+	Host  string
+	Queue string
+}
+
+// Key names one task.
+type Key struct {
+	Host  string
+	Queue string
+	ID    string
+}
+
+// Ref is the queue k belongs to.
+func (k Key) Ref() QueueRef { return QueueRef{Host: k.Host, Queue: k.Queue} }
+
+// KeyOf is the key of t.
+func KeyOf(t domain.Task) Key { return Key{Host: t.Host, Queue: t.Queue, ID: t.ID} }
+
+// Counts is how many tasks a queue holds in each state directory.
+type Counts struct {
+	Pending    int `json:"pending"`
+	Processing int `json:"processing"`
+	Done       int `json:"done"`
+}
+
+// Matcher decides whether a worker's claim query accepts an item.
+type Matcher interface {
+	// Key identifies what the matcher accepts: two matchers with the same key
+	// accept the same items, so a repository may remember past verdicts.
+	Key() string
+	Match(item json.RawMessage) bool
+}
+
+// TaskRepository stores tasks, one record per id, and keeps them indexed in
+// memory so that no call lists a directory. Writes are atomic (a reader never
+// sees half a record) but are durable only once Syncer.Sync returns.
+//
+// Errors: domain.ErrNotFound for a missing task; whatever fn returns, unchanged.
+type TaskRepository interface {
+	// Create stores a new task. It fails if the id is already taken.
+	Create(ctx context.Context, t domain.Task) error
+	// Get returns the current record of a task.
+	Get(ctx context.Context, k Key) (domain.Task, error)
+	// Update applies fn to the current record and stores the result in the
+	// state its status names, as one atomic step with respect to every other
+	// call. If fn returns an error nothing is stored and the error is returned.
+	Update(ctx context.Context, k Key, fn func(*domain.Task) error) (domain.Task, error)
+	// ClaimNext applies fn, as Update does, to the oldest pending task of q
+	// (by postedAt, then id) whose item m matches (nil m matches all). It
+	// returns domain.ErrNotFound when no pending task matches.
+	ClaimNext(ctx context.Context, q QueueRef, m Matcher, fn func(*domain.Task) error) (domain.Task, error)
+	// Delete removes a task for good (retention).
+	Delete(ctx context.Context, k Key) error
+	// Each calls fn with each task of q in the state directory dir
+	// ("pending", "processing" or "done") until fn returns false. Pending
+	// tasks come in claim order. fn must not call back into the repository.
+	Each(ctx context.Context, q QueueRef, dir string, fn func(domain.Task) bool) error
+	// Counts reports how many tasks q holds in each state directory.
+	Counts(q QueueRef) Counts
+}
+
+// Syncer makes writes durable. Sync returns once every write that completed
+// before it was called is on stable storage; concurrent callers may share one
+// flush (group commit).
+type Syncer interface {
+	Sync(ctx context.Context) error
+}
+
+// EventLog is the durable record of every transition (SPEC §8). Append writes
+// the event's line; it is durable once Syncer.Sync returns.
+type EventLog interface {
+	Append(ctx context.Context, ev domain.Event, archive bool) error
+}
+
+// Notifier tells waiting claims and watchers that something changed.
+type Notifier interface {
+	// Publish announces a transition that has been stored.
+	Publish(ev domain.Event)
+	// Pending returns a channel that is closed the next time a task of q
+	// becomes pending (posted or re-queued). Take it before looking for a
+	// task, so that a post in between is not missed.
+	Pending(q QueueRef) <-chan struct{}
+}
+
+// Clock tells the time. The domain never reads it; app passes now in.
+type Clock interface {
+	Now() time.Time
+}
