@@ -11,7 +11,8 @@ type Kind int
 
 const (
 	KindInternal     Kind = iota // a bug or an unexpected failure; its text is never sent
-	KindInvalid                  // the request is malformed or breaks a schema
+	KindInvalid                  // the request is malformed (bad JSON, a bad query)
+	KindSchema                   // well-formed, but breaks the queue's schema
 	KindNotFound                 // no such host, queue or task
 	KindConflict                 // the task is not in a state that allows the move
 	KindUnauthorized             // no or unknown credentials where they are needed
@@ -24,6 +25,8 @@ func (k Kind) String() string {
 	switch k {
 	case KindInvalid:
 		return "invalid"
+	case KindSchema:
+		return "schema"
 	case KindNotFound:
 		return "not found"
 	case KindConflict:

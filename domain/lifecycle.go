@@ -27,7 +27,16 @@ type Event struct {
 	At     time.Time
 	Worker string
 	Task   Task
+	// Cause says why a re-queue happened (CauseLease, CauseSocket). It feeds
+	// metrics; the event log line has no field for it.
+	Cause string
 }
+
+// Causes of a re-queue.
+const (
+	CauseLease  = "lease"  // the sweep found the lease lapsed
+	CauseSocket = "socket" // the worker's socket closed
+)
 
 // Post makes a new pending task.
 func Post(id, host, queue string, item json.RawMessage, postedBy string, now time.Time) (Task, Event) {
@@ -85,8 +94,8 @@ func (t Task) Finish(worker string, result json.RawMessage, now time.Time) (Task
 }
 
 // Requeue puts a processing task back to pending: its lease lapsed or its
-// worker's socket closed. The event names the worker that lost it.
-func (t Task) Requeue(now time.Time) (Task, Event, error) {
+// worker's socket closed (cause). The event names the worker that lost it.
+func (t Task) Requeue(cause string, now time.Time) (Task, Event, error) {
 	if t.Status != Processing {
 		return t, Event{}, ErrNotProcessing
 	}
@@ -97,7 +106,7 @@ func (t Task) Requeue(now time.Time) (Task, Event, error) {
 	t.Status = Pending
 	t.Lease = nil
 	t.UpdatedAt = Millis(now)
-	return t, Event{Kind: EventRequeue, At: now, Worker: worker, Task: t}, nil
+	return t, Event{Kind: EventRequeue, At: now, Worker: worker, Task: t, Cause: cause}, nil
 }
 
 // TimeoutError is the error a queue timeout leaves on a task.

@@ -56,7 +56,9 @@ type TaskRepository interface {
 	Get(ctx context.Context, k Key) (domain.Task, error)
 	// Update applies fn to the current record and stores the result in the
 	// state its status names, as one atomic step with respect to every other
-	// call. If fn returns an error nothing is stored and the error is returned.
+	// call. If fn returns an error nothing is stored, and Update returns the
+	// unchanged current record together with fn's error (callers read the
+	// status from it to explain a refusal).
 	Update(ctx context.Context, k Key, fn func(*domain.Task) error) (domain.Task, error)
 	// ClaimNext applies fn, as Update does, to the oldest pending task of q
 	// (by postedAt, then id) whose item m matches (nil m matches all). It

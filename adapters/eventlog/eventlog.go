@@ -1,0 +1,217 @@
+// Package eventlog is the durable task-event log (SPEC §8): one JSON line per
+// task transition, appended to <logs>/tasks/YYYY-MM-DD.jsonl, one file per
+// UTC day. The dated files are the rotation; Prune ages them out.
+package eventlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+var _ ports.EventLog = (*Log)(nil)
+
+// keepOpen is how many day files stay open: today's and yesterday's, so that
+// the lines of yesterday that arrive just after midnight (their transition
+// happened a moment before it) do not reopen a file each.
+const keepOpen = 2
+
+// Log appends event lines to day files. It is safe for concurrent use.
+type Log struct {
+	dir string // <logs>/tasks
+
+	mu     sync.Mutex
+	files  map[string]*os.File // open day files by day ("2026-07-26")
+	closed bool
+}
+
+// Open prepares the event log under dir (the serve --logs folder), creating
+// dir/tasks if needed. Day files are opened on their first line.
+func Open(dir string) (*Log, error) {
+	tasks := filepath.Join(dir, "tasks")
+	if err := os.MkdirAll(tasks, 0o755); err != nil {
+		return nil, unavailable(fmt.Errorf("open event log: %w", err))
+	}
+	return &Log{dir: tasks, files: make(map[string]*os.File)}, nil
+}
+
+// Append writes ev's line to the file of ev's UTC day with one write(2) on a
+// file opened O_APPEND, so a reader never sees two lines run into each other.
+// It does not sync: the app makes the line durable with the shared
+// ports.Syncer, together with the task file, in one flush.
+//
+// ctx is not consulted: the transition is already stored, and its line must
+// not be dropped because the client that caused it went away. archive is
+// accepted for the payload archive, which is not built yet (see encodeLine).
+//
+// A failed write (a full disc, say) is a domain.Error of KindUnavailable,
+// code "log_unavailable", wrapping the cause.
+func (l *Log) Append(_ context.Context, ev domain.Event, archive bool) error {
+	b := encodeLine(ev)
+	day := dayOf(ev.At)
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return unavailable(errors.New("event log is closed"))
+	}
+	f, err := l.file(day)
+	if err != nil {
+		return unavailable(err)
+	}
+	if err := writeLine(f, b); err != nil {
+		return unavailable(fmt.Errorf("append %s event of %s: %w", ev.Kind, ev.Task.ID, err))
+	}
+	if err := l.retire(); err != nil {
+		return unavailable(err)
+	}
+	return nil
+}
+
+// file returns the open file of day, opening (and creating) it if needed.
+// The caller holds l.mu.
+func (l *Log) file(day string) (*os.File, error) {
+	if f, ok := l.files[day]; ok {
+		return f, nil
+	}
+	f, err := os.OpenFile(filepath.Join(l.dir, day+".jsonl"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open day file: %w", err)
+	}
+	l.files[day] = f
+	return f, nil
+}
+
+// writeLine appends b in one write. A write that fails part-way (ENOSPC in
+// the middle of a line) would leave a fragment that the next line runs into,
+// making both unreadable; since only this Log writes the file, and under
+// l.mu, the last n bytes are the fragment and can be cut off again.
+func writeLine(f *os.File, b []byte) error {
+	n, err := f.Write(b)
+	if err == nil || n == 0 {
+		return err
+	}
+	return errors.Join(err, cutTail(f, n))
+}
+
+func cutTail(f *os.File, n int) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("cut partial line: %w", err)
+	}
+	if err := f.Truncate(fi.Size() - int64(n)); err != nil {
+		return fmt.Errorf("cut partial line: %w", err)
+	}
+	return nil
+}
+
+// retire closes the oldest day files beyond keepOpen. Usually that is the
+// day before yesterday, once a day; a straggler older than yesterday opens
+// its file for one line and is retired at once. A file is fdatasynced before
+// it is closed, so that Sync, which sees only the open files, still covers
+// every line this Log wrote. The caller holds l.mu.
+func (l *Log) retire() error {
+	for len(l.files) > keepOpen {
+		oldest := slices.Min(dayKeys(l.files))
+		f := l.files[oldest]
+		delete(l.files, oldest)
+		if err := errors.Join(fdatasync(f), f.Close()); err != nil {
+			return fmt.Errorf("retire day file %s: %w", oldest, err)
+		}
+	}
+	return nil
+}
+
+// Sync makes every line appended so far durable: it fdatasyncs the open day
+// files and fsyncs the tasks folder, which holds the names of new ones. The
+// app calls it at shutdown; while serving, the shared ports.Syncer does this
+// work for the whole filesystem at once.
+func (l *Log) Sync() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var errs []error
+	for day, f := range l.files {
+		if err := fdatasync(f); err != nil {
+			errs = append(errs, fmt.Errorf("sync day file %s: %w", day, err))
+		}
+	}
+	if err := syncDir(l.dir); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return unavailable(err)
+	}
+	return nil
+}
+
+// Close closes the open day files; later Appends fail. It does not sync:
+// call Sync first for the lines to survive a crash. Closing twice is harmless.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	var errs []error
+	for day, f := range l.files {
+		if err := f.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close day file %s: %w", day, err))
+		}
+		delete(l.files, day)
+	}
+	return errors.Join(errs...)
+}
+
+func dayKeys(m map[string]*os.File) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// fdatasync flushes f's data (and the size, but not the times) to disc.
+func fdatasync(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var syncErr error
+	if err := rc.Control(func(fd uintptr) { syncErr = unix.Fdatasync(int(fd)) }); err != nil {
+		return err
+	}
+	if syncErr != nil {
+		return fmt.Errorf("fdatasync %s: %w", f.Name(), syncErr)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync folder: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync folder: %w", err)
+	}
+	return nil
+}
+
+// unavailable classifies a failure to write the log: the transition cannot be
+// recorded now, which the app reports as "try again later".
+func unavailable(err error) error {
+	return &domain.Error{
+		Kind:    domain.KindUnavailable,
+		Code:    "log_unavailable",
+		Message: "the event log cannot be written",
+		Err:     err,
+	}
+}

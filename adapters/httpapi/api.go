@@ -1,0 +1,192 @@
+// Package httpapi serves a host's task queues over HTTP (SPEC §3), routed
+// with chi. It resolves the host and queue, authenticates, checks access,
+// turns bodies into calls on the app's use cases, and maps errors to status
+// codes in one place (errors.go).
+package httpapi
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+	"go.uber.org/zap"
+
+	"github.com/taskhoster/taskhoster/app"
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+// API is the HTTP front of the use cases.
+type API struct {
+	svc    *app.Service
+	config ports.Config
+	logger *zap.Logger
+	router chi.Router
+	// extra routes mounted by other adapters (the worker socket, watch, logs).
+	sockets Sockets
+}
+
+// Sockets serves the WebSocket endpoints; the wsapi adapter provides it.
+type Sockets interface {
+	Work(w http.ResponseWriter, r *http.Request, q *ports.Queue, user string)
+	Watch(w http.ResponseWriter, r *http.Request, q *ports.Queue, id string)
+}
+
+// Options configure an API.
+type Options struct {
+	Logger *zap.Logger
+	// Middleware wraps every request (request logs, metrics), outermost first.
+	Middleware []func(http.Handler) http.Handler
+	Sockets    Sockets
+}
+
+// New builds the handler for every host.
+func New(svc *app.Service, config ports.Config, opt Options) *API {
+	a := &API{svc: svc, config: config, logger: opt.Logger, sockets: opt.Sockets}
+	if a.logger == nil {
+		a.logger = zap.NewNop()
+	}
+	r := chi.NewRouter()
+	for _, mw := range opt.Middleware {
+		r.Use(mw)
+	}
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) { a.writeError(w, r, errNoRoute) })
+	r.MethodNotAllowed(methodNotAllowed)
+	r.Get("/_health", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
+	})
+	r.Group(func(r chi.Router) {
+		r.Use(a.resolveHost)
+		r.Get("/", a.hostInfo)
+		r.Route("/{queue}", func(r chi.Router) {
+			r.Use(a.resolveQueue)
+			r.Get("/", a.queueInfo)
+			r.Post("/", a.post)
+			r.HandleFunc("/claim", only(http.MethodPost, a.claim))
+			r.HandleFunc("/work", only(http.MethodGet, a.work))
+			r.Get("/{id}", a.status)
+			r.Get("/{id}/watch", a.watch)
+			r.Post("/{id}/progress", a.progress)
+			r.Post("/{id}/result", a.result)
+		})
+	})
+	a.router = r
+	return a
+}
+
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.router.ServeHTTP(w, r) }
+
+// only lets one method through to h and answers 405 to the others, for the
+// fixed paths (claim, work) that would otherwise fall through to /{id}.
+func only(method string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method {
+			w.Header().Set("Allow", method)
+			methodNotAllowed(w, r)
+			return
+		}
+		h(w, r)
+	}
+}
+
+func methodNotAllowed(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusMethodNotAllowed, errorBody{
+		Error: "method_not_allowed", Message: "method not allowed on this path", Details: []domain.Violation{},
+	})
+}
+
+type ctxKey int
+
+const (
+	hostKey ctxKey = iota
+	queueKey
+)
+
+// resolveHost finds the host folder the Host header names: port dropped,
+// lower-cased, and NAME.localhost also reaching the folder NAME.
+func (a *API) resolveHost(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, ok := a.lookupHost(r.Host)
+		if !ok {
+			a.writeError(w, r, errUnknownHost)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), hostKey, h)))
+	})
+}
+
+func (a *API) lookupHost(header string) (*ports.Host, bool) {
+	name := header
+	if h, _, err := net.SplitHostPort(header); err == nil {
+		name = h
+	}
+	name = strings.TrimSuffix(strings.ToLower(name), ".")
+	if !domain.ValidHost(name) {
+		return nil, false
+	}
+	if h, ok := a.config.Host(name); ok {
+		return h, true
+	}
+	if base, ok := strings.CutSuffix(name, ".localhost"); ok {
+		return a.config.Host(base)
+	}
+	return nil, false
+}
+
+func (a *API) resolveQueue(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := hostOf(r)
+		name := chi.URLParam(r, "queue")
+		q, ok := h.Queues[name]
+		if !ok || !domain.ValidName(name) {
+			a.writeError(w, r, errUnknownQueue)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), queueKey, q)))
+	})
+}
+
+func hostOf(r *http.Request) *ports.Host   { return r.Context().Value(hostKey).(*ports.Host) }
+func queueOf(r *http.Request) *ports.Queue { return r.Context().Value(queueKey).(*ports.Queue) }
+
+// authorize returns the requesting user's name ("" for anonymous) if it may
+// do at least one of the actions on the request's queue.
+func (a *API) authorize(r *http.Request, actions ...domain.Action) (string, error) {
+	user, _ := hostOf(r).Authenticate(token(r))
+	switch queueOf(r).Access.Check(user, actions...) {
+	case domain.Unauthorized:
+		return "", errUnauthorized
+	case domain.Forbidden:
+		return "", errForbidden
+	}
+	return user, nil
+}
+
+// token is the bearer token of r; WebSocket upgrades may pass it as
+// ?access_token= because browsers cannot set headers there.
+func token(r *http.Request) string {
+	if h := r.Header.Get("Authorization"); h != "" {
+		scheme, tok, ok := strings.Cut(h, " ")
+		if ok && strings.EqualFold(scheme, "Bearer") {
+			return strings.TrimSpace(tok)
+		}
+		return ""
+	}
+	if r.Header.Get("Upgrade") != "" {
+		return r.URL.Query().Get("access_token")
+	}
+	return ""
+}
+
+func (a *API) hostInfo(w http.ResponseWriter, r *http.Request) {
+	h := hostOf(r)
+	names := make([]string, 0, len(h.Queues))
+	for name := range h.Queues {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	writeJSON(w, http.StatusOK, map[string]any{"host": h.Name, "queues": names})
+}

@@ -1,0 +1,273 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/taskhoster/taskhoster/app"
+	"github.com/taskhoster/taskhoster/domain"
+)
+
+// envelopeSlack is what a progress or result body may hold beyond its
+// payload's limit: the worker name and the JSON around them.
+const envelopeSlack = 64 << 10
+
+// claimBodyLimit bounds a claim body (a worker name, a query and a wait).
+const claimBodyLimit = 1 << 20
+
+// maxWorkerName bounds the worker name that ends up in records and logs.
+const maxWorkerName = 200
+
+func (a *API) post(w http.ResponseWriter, r *http.Request) {
+	q := queueOf(r)
+	user, err := a.authorize(r, domain.ActionPost)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	body, err := readBody(w, r, q.Settings.MaxItemBytes)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	t, err := a.svc.Post(r.Context(), q, user, body)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/"+q.Name+"/"+t.ID)
+	writeJSON(w, http.StatusCreated, map[string]any{"id": t.ID, "status": t.Status})
+}
+
+func (a *API) status(w http.ResponseWriter, r *http.Request) {
+	q := queueOf(r)
+	if _, err := a.authorize(r, domain.ActionStatus); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	view, err := a.svc.Status(r.Context(), q, chi.URLParam(r, "id"))
+	if err != nil {
+		a.writeError(w, r, notFoundAsTask(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, view)
+}
+
+func (a *API) queueInfo(w http.ResponseWriter, r *http.Request) {
+	q := queueOf(r)
+	if _, err := a.authorize(r, domain.Actions...); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"name":     q.Name,
+		"settings": q.Settings,
+		"schemas": map[string]json.RawMessage{
+			"item": q.ItemRaw, "progress": q.ProgressRaw, "result": q.ResultRaw,
+		},
+		"counts": a.svc.Counts(q),
+	})
+}
+
+type claimRequest struct {
+	Worker *string         `json:"worker"`
+	Query  json.RawMessage `json:"query"`
+	Wait   *float64        `json:"wait"`
+}
+
+func (a *API) claim(w http.ResponseWriter, r *http.Request) {
+	q := queueOf(r)
+	user, err := a.authorize(r, domain.ActionWork)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	var req claimRequest
+	if err := readJSON(w, r, claimBodyLimit, &req); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	worker, err := workerName(req.Worker, user)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	var wait time.Duration
+	if req.Wait != nil {
+		if *req.Wait < 0 || *req.Wait > app.MaxWait.Seconds() {
+			a.writeError(w, r, domain.E(domain.KindInvalid, "invalid_request", "wait must be between 0 and %d seconds", int(app.MaxWait.Seconds())))
+			return
+		}
+		wait = time.Duration(*req.Wait * float64(time.Second))
+	}
+	t, err := a.svc.Claim(r.Context(), q, worker, req.Query, wait)
+	if errors.Is(err, domain.ErrNotFound) {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ClaimView(t))
+}
+
+// ClaimView is what a worker is handed with a task (over HTTP and sockets).
+func ClaimView(t domain.Task) map[string]any {
+	return map[string]any{"id": t.ID, "item": t.Item, "attempts": t.Attempts, "lease": t.Lease}
+}
+
+type reportRequest struct {
+	Worker   *string         `json:"worker"`
+	Progress json.RawMessage `json:"progress"`
+	Result   json.RawMessage `json:"result"`
+}
+
+func (a *API) progress(w http.ResponseWriter, r *http.Request) {
+	a.report(w, r, "progress")
+}
+
+func (a *API) result(w http.ResponseWriter, r *http.Request) {
+	a.report(w, r, "result")
+}
+
+// report serves both progress and result: same envelope, same access.
+func (a *API) report(w http.ResponseWriter, r *http.Request, kind string) {
+	q := queueOf(r)
+	user, err := a.authorize(r, domain.ActionWork)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	var req reportRequest
+	if err := readJSON(w, r, q.Settings.MaxItemBytes+envelopeSlack, &req); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	worker, err := workerName(req.Worker, user)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	id := chi.URLParam(r, "id")
+	if !domain.ValidID(id) {
+		a.writeError(w, r, errNotFound)
+		return
+	}
+	var out app.Outcome
+	if kind == "progress" {
+		if req.Progress == nil {
+			a.writeError(w, r, domain.E(domain.KindInvalid, "invalid_request", `body needs a "progress" field`))
+			return
+		}
+		out, err = a.svc.Progress(r.Context(), q, id, worker, req.Progress)
+	} else {
+		if req.Result == nil {
+			a.writeError(w, r, domain.E(domain.KindInvalid, "invalid_request", `body needs a "result" field`))
+			return
+		}
+		out, err = a.svc.Result(r.Context(), q, id, worker, req.Result)
+	}
+	if err != nil {
+		a.writeError(w, r, notFoundAsTask(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, OutcomeView(out))
+}
+
+// OutcomeView is the answer to a progress report or a result.
+func OutcomeView(out app.Outcome) map[string]any {
+	switch {
+	case !out.Accepted:
+		return map[string]any{"accepted": false, "status": out.Status}
+	case out.Lease != nil:
+		return map[string]any{"accepted": true, "lease": out.Lease}
+	}
+	return map[string]any{"accepted": true}
+}
+
+func (a *API) work(w http.ResponseWriter, r *http.Request) {
+	user, err := a.authorize(r, domain.ActionWork)
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	if a.sockets == nil {
+		a.writeError(w, r, errNoRoute)
+		return
+	}
+	a.sockets.Work(w, r, queueOf(r), user)
+}
+
+func (a *API) watch(w http.ResponseWriter, r *http.Request) {
+	q := queueOf(r)
+	if _, err := a.authorize(r, domain.ActionStatus); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
+	id := chi.URLParam(r, "id")
+	if _, err := a.svc.Get(r.Context(), q, id); err != nil {
+		a.writeError(w, r, notFoundAsTask(err))
+		return
+	}
+	if a.sockets == nil {
+		a.writeError(w, r, errNoRoute)
+		return
+	}
+	a.sockets.Watch(w, r, q, id)
+}
+
+// notFoundAsTask gives a missing task the task's own error code.
+func notFoundAsTask(err error) error {
+	if errors.Is(err, domain.ErrNotFound) {
+		return errNotFound
+	}
+	return err
+}
+
+// workerName is the worker a request names, by default its user's name.
+func workerName(given *string, user string) (string, error) {
+	switch {
+	case given == nil && user != "":
+		return user, nil
+	case given == nil:
+		return "anonymous", nil
+	case *given == "" || len(*given) > maxWorkerName:
+		return "", domain.E(domain.KindInvalid, "invalid_request", "worker must be 1 to %d characters", maxWorkerName)
+	}
+	return *given, nil
+}
+
+// readBody reads a body of at most limit bytes.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return nil, domain.E(domain.KindTooLarge, "too_large", "body is over the limit of %d bytes", limit)
+	}
+	if err != nil {
+		return nil, domain.E(domain.KindInvalid, "invalid_request", "could not read the body")
+	}
+	return body, nil
+}
+
+// readJSON reads a JSON object body into v; an empty body leaves v as is.
+func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	body, err := readBody(w, r, limit)
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return domain.E(domain.KindInvalid, "invalid_json", "body is not a valid JSON object of the expected shape: %v", err)
+	}
+	return nil
+}

@@ -1,0 +1,13 @@
+package memstore_test
+
+import (
+	"testing"
+
+	"github.com/taskhoster/taskhoster/adapters/memstore"
+	"github.com/taskhoster/taskhoster/ports"
+	"github.com/taskhoster/taskhoster/tests/contract"
+)
+
+func TestContract(t *testing.T) {
+	contract.TestRepository(t, func(t *testing.T) ports.TaskRepository { return memstore.New() })
+}

@@ -1,0 +1,139 @@
+// Package metrics exposes Taskhoster's Prometheus metrics: transitions by
+// kind, refused results, re-queues by cause, request latency, and queue
+// depths read from the repository's index at scrape time.
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+// Metrics records and serves the metrics. It implements app.Observer.
+type Metrics struct {
+	registry *prometheus.Registry
+	posts    *prometheus.CounterVec
+	claims   *prometheus.CounterVec
+	results  *prometheus.CounterVec
+	requeues *prometheus.CounterVec
+	timeouts *prometheus.CounterVec
+	events   *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+// Depths reports queue depths; the repository and the config together do.
+type Depths interface {
+	Queues() []*ports.Queue
+	Counts(q ports.QueueRef) ports.Counts
+}
+
+// New registers every metric on a fresh registry.
+func New(depths Depths) *Metrics {
+	reg := prometheus.NewRegistry()
+	queue := []string{"host", "queue"}
+	m := &Metrics{
+		registry: reg,
+		posts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskhoster_posts_total", Help: "Tasks posted.",
+		}, queue),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskhoster_claims_total", Help: "Tasks handed to workers.",
+		}, queue),
+		results: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskhoster_results_total", Help: "Results by outcome (accepted or refused).",
+		}, append(queue, "outcome")),
+		requeues: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskhoster_requeues_total", Help: "Tasks put back to pending, by cause (lease, socket).",
+		}, append(queue, "cause")),
+		timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskhoster_timeouts_total", Help: "Tasks failed by the queue timeout.",
+		}, queue),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskhoster_events_total", Help: "Transitions written to the event log, by event.",
+		}, []string{"event"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "taskhoster_request_duration_seconds",
+			Help:    "HTTP request latency by route, method and status.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 60},
+		}, []string{"route", "method", "code"}),
+	}
+	reg.MustRegister(m.posts, m.claims, m.results, m.requeues, m.timeouts, m.events, m.latency,
+		newDepthCollector(depths),
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Observe counts a transition.
+func (m *Metrics) Observe(ev domain.Event) {
+	host, queue := ev.Task.Host, ev.Task.Queue
+	m.events.WithLabelValues(string(ev.Kind)).Inc()
+	switch ev.Kind {
+	case domain.EventPosted:
+		m.posts.WithLabelValues(host, queue).Inc()
+	case domain.EventClaimed:
+		m.claims.WithLabelValues(host, queue).Inc()
+	case domain.EventResult:
+		m.results.WithLabelValues(host, queue, "accepted").Inc()
+	case domain.EventRequeue:
+		m.requeues.WithLabelValues(host, queue, ev.Cause).Inc()
+	case domain.EventTimeout:
+		m.timeouts.WithLabelValues(host, queue).Inc()
+	}
+}
+
+// ResultRefused counts a result that came after the task was terminal.
+func (m *Metrics) ResultRefused(q ports.QueueRef) {
+	m.results.WithLabelValues(q.Host, q.Queue, "refused").Inc()
+}
+
+// Handler serves /metrics.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
+}
+
+// Middleware records each request's latency under its route pattern (not
+// its path, which would make a series per task id).
+func (m *Metrics) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r)
+		route := "unmatched"
+		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+			route = rc.RoutePattern()
+		}
+		m.latency.WithLabelValues(route, r.Method, strconv.Itoa(ww.Status())).Observe(time.Since(start).Seconds())
+	})
+}
+
+// depthCollector reads queue depths from the index when scraped, so depth
+// costs nothing between scrapes.
+type depthCollector struct {
+	d    Depths
+	desc *prometheus.Desc
+}
+
+func newDepthCollector(d Depths) depthCollector {
+	return depthCollector{d: d, desc: prometheus.NewDesc("taskhoster_queue_tasks",
+		"Tasks in a queue by state directory.", []string{"host", "queue", "state"}, nil)}
+}
+
+func (c depthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c depthCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, q := range c.d.Queues() {
+		n := c.d.Counts(q.Ref())
+		for state, v := range map[string]int{"pending": n.Pending, "processing": n.Processing, "done": n.Done} {
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(v), q.Host, q.Name, state)
+		}
+	}
+}

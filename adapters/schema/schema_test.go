@@ -1,0 +1,209 @@
+package schema_test
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/taskhoster/taskhoster/adapters/schema"
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+var _ ports.Schema = (*schema.Schema)(nil)
+
+func mustCompile(tb testing.TB, raw string) *schema.Schema {
+	tb.Helper()
+	s, err := schema.Compile(json.RawMessage(raw))
+	if err != nil {
+		tb.Fatalf("Compile(%s): %v", raw, err)
+	}
+	return s
+}
+
+const resize = `{
+	"type": "object",
+	"required": ["url"],
+	"properties": {
+		"url":   {"type": "string"},
+		"width": {"type": "integer", "minimum": 1},
+		"a/b c": {"type": "boolean"},
+		"tags":  {"type": "array", "items": {"type": "string"}}
+	},
+	"additionalProperties": false
+}`
+
+func TestValidate(t *testing.T) {
+	s := mustCompile(t, resize)
+	tests := []struct {
+		name string
+		doc  string
+		want []domain.Violation
+	}{
+		{name: "valid", doc: `{"url": "x", "width": 3, "tags": ["a"]}`},
+		{name: "missing required at root", doc: `{}`,
+			want: []domain.Violation{{Path: "", Message: "missing properties: 'url'"}}},
+		{name: "wrong type", doc: `{"url": "x", "width": "3"}`,
+			want: []domain.Violation{{Path: "/width", Message: "expected integer, but got string"}}},
+		{name: "below minimum", doc: `{"url": "x", "width": 0}`,
+			want: []domain.Violation{{Path: "/width", Message: "must be >= 1 but found 0"}}},
+		{name: "array element", doc: `{"url": "x", "tags": ["a", 2]}`,
+			want: []domain.Violation{{Path: "/tags/1", Message: "expected string, but got number"}}},
+		{name: "pointer escaping", doc: `{"url": "x", "a/b c": 1}`,
+			want: []domain.Violation{{Path: "/a~1b c", Message: "expected boolean, but got number"}}},
+		{name: "several at once, sorted by path", doc: `{"width": 1.5, "extra": 1}`,
+			want: []domain.Violation{
+				{Path: "", Message: "additionalProperties 'extra' not allowed"},
+				{Path: "", Message: "missing properties: 'url'"},
+				{Path: "/width", Message: "expected integer, but got number"},
+			}},
+		{name: "not an object", doc: `[1]`,
+			want: []domain.Violation{{Path: "", Message: "expected object, but got array"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := s.Validate(json.RawMessage(tt.doc))
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Validate(%s) (-want +got):\n%s", tt.doc, diff)
+			}
+		})
+	}
+}
+
+func TestValidateKeepsBigNumbersExact(t *testing.T) {
+	// 2^53+1 is the first integer a float64 cannot hold: decoded as a float
+	// both documents below would become 9007199254740992 and pass.
+	s := mustCompile(t, `{"type": "integer", "maximum": 9007199254740993}`)
+	if v := s.Validate(json.RawMessage(`9007199254740993`)); v != nil {
+		t.Errorf("2^53+1 against maximum 2^53+1: %v, want valid", v)
+	}
+	if v := s.Validate(json.RawMessage(`9007199254740994`)); len(v) != 1 {
+		t.Errorf("2^53+2 against maximum 2^53+1: %v, want one violation", v)
+	}
+
+	c := mustCompile(t, `{"const": 12345678901234567890123}`)
+	if v := c.Validate(json.RawMessage(`12345678901234567890123`)); v != nil {
+		t.Errorf("const big integer: %v, want valid", v)
+	}
+	if v := c.Validate(json.RawMessage(`12345678901234567890124`)); len(v) != 1 {
+		t.Errorf("const big integer off by one: %v, want one violation", v)
+	}
+}
+
+func TestAnyAcceptsEverything(t *testing.T) {
+	for _, doc := range []string{`null`, `1`, `"x"`, `[]`, `{"a": {}}`} {
+		if v := schema.Any().Validate(json.RawMessage(doc)); v != nil {
+			t.Errorf("Any().Validate(%s) = %v", doc, v)
+		}
+	}
+}
+
+func TestCompileRejects(t *testing.T) {
+	tests := []struct {
+		name, schema, reason string
+	}{
+		{"bad JSON", `{"type": `, "unexpected EOF"},
+		{"unknown type", `{"type": "color"}`, `at /type: value must be one of`},
+		{"bad keyword value", `{"properties": {"a": {"minimum": "x"}}}`, "at /properties/a/minimum: expected number"},
+		{"bad regex", `{"pattern": "(("}`, "at /pattern:"},
+		{"dangling local ref", `{"$ref": "#/$defs/nope"}`, "not found"},
+		{"null", `null`, "expected object or boolean"},
+		{"unknown $schema is not fetched", `{"$schema": "http://example.com/my-draft"}`, "never fetched"},
+		{"relative ref is not a file", `{"$ref": "other.json"}`, `reference "/other.json" is outside the schema`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := schema.Compile(json.RawMessage(tt.schema))
+			if err == nil {
+				t.Fatalf("Compile(%s) succeeded, want an error", tt.schema)
+			}
+			var se *schema.Error
+			if !errors.As(err, &se) {
+				t.Errorf("error %T is not a *schema.Error", err)
+			}
+			if !strings.Contains(err.Error(), tt.reason) {
+				t.Errorf("error %q does not contain %q", err, tt.reason)
+			}
+		})
+	}
+}
+
+func TestCompileNeverFetches(t *testing.T) {
+	var hits atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.Write([]byte(`{"type": "string"}`))
+	}))
+	defer srv.Close()
+
+	// A file that would compile fine if it were ever read.
+	file := filepath.Join(t.TempDir(), "string.json")
+	if err := os.WriteFile(file, []byte(`{"type": "string"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, ref := range []string{
+		"http://127.0.0.1:1/x",
+		srv.URL + "/schema.json",
+		"https://json-schema.org/draft/2020-12/meta/nonexistent",
+		"file://" + filepath.ToSlash(file),
+		file,
+	} {
+		t.Run(ref, func(t *testing.T) {
+			raw, _ := json.Marshal(map[string]any{"$ref": ref})
+			_, err := schema.Compile(raw)
+			if err == nil || !strings.Contains(err.Error(), "never fetched") {
+				t.Errorf("Compile($ref %s) = %v, want a never-fetched error", ref, err)
+			}
+		})
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("the HTTP server was asked %d times, want 0", n)
+	}
+}
+
+func TestDraftSelection(t *testing.T) {
+	// In draft-07 "items" as an array is tuple validation; 2020-12 forbids
+	// the array form (it became prefixItems), so the same schema only
+	// compiles when it names draft-07.
+	tuple := `"items": [{"type": "string"}, {"type": "integer"}]`
+	if _, err := schema.Compile(json.RawMessage(`{` + tuple + `}`)); err == nil {
+		t.Errorf("array items compiled under the default draft, want 2020-12 to reject it")
+	}
+	s := mustCompile(t, `{"$schema": "http://json-schema.org/draft-07/schema#", `+tuple+`}`)
+	if v := s.Validate(json.RawMessage(`["a", 1]`)); v != nil {
+		t.Errorf("draft-07 tuple, valid doc: %v", v)
+	}
+	if v := s.Validate(json.RawMessage(`["a", "b"]`)); len(v) != 1 || v[0].Path != "/1" {
+		t.Errorf("draft-07 tuple, bad second element: %v, want one violation at /1", v)
+	}
+
+	// 2020-12 is the default: prefixItems applies without naming it.
+	p := mustCompile(t, `{"prefixItems": [{"type": "string"}]}`)
+	if v := p.Validate(json.RawMessage(`[1]`)); len(v) != 1 || v[0].Path != "/0" {
+		t.Errorf("prefixItems under the default draft: %v, want one violation at /0", v)
+	}
+}
+
+func TestCompilerImplementsPort(t *testing.T) {
+	var c ports.SchemaCompiler = schema.Compiler{}
+	s, err := c.Compile(json.RawMessage(`{"type": "object", "properties": {"size": {"const": "big"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := s.Validate(json.RawMessage(`{"size": "small"}`)); len(v) != 1 || v[0].Path != "/size" {
+		t.Errorf("Validate = %v, want one violation at /size", v)
+	}
+	bad, err := c.Compile(json.RawMessage(`{"type": 1}`))
+	if err == nil || bad != nil {
+		t.Errorf("Compile(bad) = %v, %v; want a nil Schema interface and an error", bad, err)
+	}
+}

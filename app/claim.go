@@ -1,0 +1,133 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+// MaxWait is the longest a claim may wait for work (SPEC §3: wait 0 to 60 s).
+const MaxWait = 60 * time.Second
+
+// Claim leases to worker the oldest pending task whose item matches query
+// (nil: any). With no such task it waits up to wait for one to be posted or
+// re-queued, and returns domain.ErrNotFound if none came. A claim needs no
+// flush: if it is lost in a crash the task is simply pending again.
+func (s *Service) Claim(ctx context.Context, q *ports.Queue, worker string, query json.RawMessage, wait time.Duration) (domain.Task, error) {
+	m, err := s.queries.matcher(query)
+	if err != nil {
+		return domain.Task{}, err
+	}
+	var deadline <-chan time.Time
+	if wait > 0 {
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		deadline = timer.C
+	}
+	for {
+		// Take the wake-up channel before looking, so a post that lands
+		// between the look and the wait still wakes us.
+		wake := s.notifier.Pending(q.Ref())
+		t, err := s.claimNow(ctx, q, worker, m)
+		if !errors.Is(err, domain.ErrNotFound) || wait <= 0 {
+			return t, err
+		}
+		select {
+		case <-wake:
+		case <-deadline:
+			return domain.Task{}, domain.ErrNotFound
+		case <-s.draining:
+			return domain.Task{}, domain.ErrNotFound
+		case <-ctx.Done():
+			return domain.Task{}, ctx.Err()
+		}
+	}
+}
+
+func (s *Service) claimNow(ctx context.Context, q *ports.Queue, worker string, m ports.Matcher) (domain.Task, error) {
+	var ev domain.Event
+	t, err := s.repo.ClaimNext(ctx, q.Ref(), m, func(t *domain.Task) error {
+		var err error
+		*t, ev, err = t.Claim(worker, q.Settings.Lease(), s.clock.Now())
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, domain.ErrNotFound) {
+			return domain.Task{}, err
+		}
+		return domain.Task{}, fmt.Errorf("claim in %s/%s: %w", q.Host, q.Name, err)
+	}
+	if err := s.record(ctx, q, ev); err != nil {
+		return domain.Task{}, err
+	}
+	return t, nil
+}
+
+// CompileQuery checks a claim query up front (a socket answers a bad one
+// with an error before it waits).
+func (s *Service) CompileQuery(query json.RawMessage) (ports.Matcher, error) {
+	return s.queries.matcher(query)
+}
+
+// queryCache keeps compiled claim queries by their compacted text: workers
+// send the same query with every claim, and compiling a schema costs far
+// more than matching one.
+type queryCache struct {
+	compiler ports.SchemaCompiler
+	max      int
+
+	mu      sync.Mutex
+	entries map[string]*matcher
+}
+
+func newQueryCache(c ports.SchemaCompiler, max int) *queryCache {
+	return &queryCache{compiler: c, max: max, entries: make(map[string]*matcher)}
+}
+
+// matcher returns the matcher for query; nil (match all) for an absent or
+// null query.
+func (c *queryCache) matcher(query json.RawMessage) (ports.Matcher, error) {
+	if domain.IsNull(query) {
+		return nil, nil
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, query); err != nil {
+		return nil, domain.E(domain.KindInvalid, "invalid_query", "query is not valid JSON: %v", err)
+	}
+	text := buf.String()
+	c.mu.Lock()
+	m, ok := c.entries[text]
+	c.mu.Unlock()
+	if ok {
+		return m, nil
+	}
+	schema, err := c.compiler.Compile(json.RawMessage(text))
+	if err != nil {
+		return nil, domain.E(domain.KindInvalid, "invalid_query", "query is not a valid JSON Schema: %v", err)
+	}
+	m = &matcher{key: text, schema: schema}
+	c.mu.Lock()
+	if len(c.entries) >= c.max {
+		// Many distinct queries means they are not being reused anyway;
+		// starting afresh bounds memory without bookkeeping.
+		clear(c.entries)
+	}
+	c.entries[text] = m
+	c.mu.Unlock()
+	return m, nil
+}
+
+type matcher struct {
+	key    string
+	schema ports.Schema
+}
+
+func (m *matcher) Key() string                     { return m.key }
+func (m *matcher) Match(item json.RawMessage) bool { return len(m.schema.Validate(item)) == 0 }

@@ -1,0 +1,321 @@
+// Package server wires the adapters and the use cases into a running
+// `taskhoster serve` with go.uber.org/fx: one module per adapter, each with
+// lifecycle hooks that open what it needs on start and release it on stop.
+// Hooks stop in the reverse order they started, so the HTTP listeners stop
+// first and the items lock is released last.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/fx"
+	"go.uber.org/fx/fxevent"
+	"go.uber.org/zap"
+
+	"github.com/taskhoster/taskhoster/adapters/clock"
+	"github.com/taskhoster/taskhoster/adapters/durable"
+	"github.com/taskhoster/taskhoster/adapters/eventlog"
+	"github.com/taskhoster/taskhoster/adapters/folderconfig"
+	"github.com/taskhoster/taskhoster/adapters/fsstore"
+	"github.com/taskhoster/taskhoster/adapters/httpapi"
+	"github.com/taskhoster/taskhoster/adapters/metrics"
+	"github.com/taskhoster/taskhoster/adapters/notify"
+	"github.com/taskhoster/taskhoster/adapters/schema"
+	"github.com/taskhoster/taskhoster/app"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+// Config is what `taskhoster serve` is told by its flags (SPEC §10).
+type Config struct {
+	Hosts     string        // the hosts folder
+	Items     string        // the items (task files) folder
+	Logs      string        // the event log folder
+	Addr      string        // the API listener
+	AdminAddr string        // /metrics, /healthz, /readyz
+	Sync      string        // "always" or "none"
+	Sweep     time.Duration // sweep interval
+	LogDays   int           // event log retention in days
+	// ShutdownGrace is how long requests in flight may take to finish.
+	ShutdownGrace time.Duration
+}
+
+// Validate checks the flags before anything is opened.
+func (c Config) Validate() error {
+	switch {
+	case c.Sync != "always" && c.Sync != "none":
+		return fmt.Errorf("--sync must be always or none, not %q", c.Sync)
+	case c.Sweep <= 0:
+		return errors.New("--sweep must be positive")
+	case c.LogDays <= 0:
+		return errors.New("--log-days must be positive")
+	}
+	return nil
+}
+
+// New builds the application graph. Start it with Start, stop it with Stop.
+func New(cfg Config, logger *zap.Logger) *fx.App {
+	return fx.New(Options(cfg, logger))
+}
+
+// Options is the whole graph, for New and for fx.ValidateApp in tests.
+func Options(cfg Config, logger *zap.Logger) fx.Option {
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = 10 * time.Second
+	}
+	return fx.Options(
+		fx.Supply(cfg, logger),
+		fx.WithLogger(func(l *zap.Logger) fxevent.Logger {
+			return &fxevent.ZapLogger{Logger: l.WithOptions(zap.IncreaseLevel(zap.WarnLevel))}
+		}),
+		fx.StopTimeout(cfg.ShutdownGrace+20*time.Second),
+		ClockModule, StoreModule, SyncModule, EventLogModule, NotifyModule,
+		ConfigModule, SchemaModule, MetricsModule, ServiceModule, SweepModule,
+		HTTPModule, AdminModule,
+	)
+}
+
+// ClockModule provides the system clock.
+var ClockModule = fx.Module("clock",
+	fx.Provide(fx.Annotate(func() clock.System { return clock.System{} }, fx.As(new(ports.Clock)))),
+)
+
+// StoreModule opens the items folder (taking its lock) and closes it last.
+var StoreModule = fx.Module("fsstore",
+	fx.Provide(func(lc fx.Lifecycle, cfg Config) (*fsstore.Store, ports.TaskRepository, error) {
+		if err := os.MkdirAll(cfg.Items, 0o755); err != nil {
+			return nil, nil, fmt.Errorf("items folder: %w", err)
+		}
+		s, err := fsstore.Open(cfg.Items)
+		if err != nil {
+			return nil, nil, err
+		}
+		lc.Append(fx.StopHook(s.Close))
+		return s, s, nil
+	}),
+)
+
+// SyncModule provides group commit over the items and logs filesystems, or
+// nothing at all under --sync none.
+var SyncModule = fx.Module("durable",
+	fx.Provide(func(lc fx.Lifecycle, cfg Config) (ports.Syncer, error) {
+		if cfg.Sync == "none" {
+			return durable.None{}, nil
+		}
+		if err := os.MkdirAll(cfg.Logs, 0o755); err != nil {
+			return nil, fmt.Errorf("logs folder: %w", err)
+		}
+		s, err := durable.New(cfg.Items, cfg.Logs)
+		if err != nil {
+			return nil, err
+		}
+		lc.Append(fx.StopHook(s.Close))
+		return s, nil
+	}),
+)
+
+// EventLogModule opens the event log; on stop it flushes and closes it.
+var EventLogModule = fx.Module("eventlog",
+	fx.Provide(func(lc fx.Lifecycle, cfg Config) (*eventlog.Log, ports.EventLog, error) {
+		l, err := eventlog.Open(cfg.Logs)
+		if err != nil {
+			return nil, nil, err
+		}
+		lc.Append(fx.StopHook(func() error {
+			return errors.Join(l.Sync(), l.Close())
+		}))
+		return l, l, nil
+	}),
+)
+
+// NotifyModule provides the in-process notifier.
+var NotifyModule = fx.Module("notify",
+	fx.Provide(func() (*notify.Hub, ports.Notifier) {
+		h := notify.NewHub()
+		return h, h
+	}),
+)
+
+// ConfigModule loads the hosts folder and watches it for changes.
+var ConfigModule = fx.Module("folderconfig",
+	fx.Provide(func(lc fx.Lifecycle, cfg Config, logger *zap.Logger) (ports.Config, error) {
+		live, err := folderconfig.New(cfg.Hosts, logger.Named("config"))
+		if err != nil {
+			return nil, err
+		}
+		lc.Append(fx.StartStopHook(live.Start, live.Stop))
+		return live, nil
+	}),
+)
+
+// SchemaModule provides the compiler for claim queries.
+var SchemaModule = fx.Module("schema",
+	fx.Provide(fx.Annotate(func() schema.Compiler { return schema.Compiler{} }, fx.As(new(ports.SchemaCompiler)))),
+)
+
+// MetricsModule registers the Prometheus metrics.
+var MetricsModule = fx.Module("metrics",
+	fx.Provide(func(config ports.Config, repo ports.TaskRepository) *metrics.Metrics {
+		return metrics.New(depths{config, repo})
+	}),
+)
+
+type depths struct {
+	ports.Config
+	ports.TaskRepository
+}
+
+// ServiceModule builds the use cases and, once everything is open, logs a
+// failed event for each corrupt task file the store set aside at start-up.
+var ServiceModule = fx.Module("app",
+	fx.Provide(func(d struct {
+		fx.In
+		Repo     ports.TaskRepository
+		Syncer   ports.Syncer
+		Log      ports.EventLog
+		Notifier ports.Notifier
+		Clock    ports.Clock
+		Compiler ports.SchemaCompiler
+		Metrics  *metrics.Metrics
+		Logger   *zap.Logger
+	}) *app.Service {
+		return app.New(app.Deps{
+			Repo: d.Repo, Syncer: d.Syncer, Log: d.Log, Notifier: d.Notifier,
+			Clock: d.Clock, Compiler: d.Compiler, Observer: d.Metrics, Logger: d.Logger,
+		})
+	}),
+	fx.Invoke(func(lc fx.Lifecycle, svc *app.Service, store *fsstore.Store, logger *zap.Logger) {
+		lc.Append(fx.StartHook(func(ctx context.Context) error {
+			for _, c := range store.Recovered() {
+				logger.Warn("corrupt task file moved aside", zap.String("path", c.Path), zap.Error(c.Err))
+				if err := svc.ReportCorrupt(ctx, c.Host, c.Queue, c.ID); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+	}),
+)
+
+// SweepModule runs the sweep and prunes the event log, until stop.
+var SweepModule = fx.Module("sweep",
+	fx.Invoke(func(lc fx.Lifecycle, cfg Config, svc *app.Service, config ports.Config, log *eventlog.Log, logger *zap.Logger) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		var lastPrune time.Time
+		prune := func(now time.Time) {
+			// Day files change once a day; looking once a minute is plenty.
+			if now.Sub(lastPrune) < time.Minute {
+				return
+			}
+			lastPrune = now
+			if err := log.Prune(now, cfg.LogDays); err != nil {
+				logger.Warn("prune event log", zap.Error(err))
+			}
+		}
+		lc.Append(fx.Hook{
+			OnStart: func(context.Context) error {
+				go func() {
+					defer close(done)
+					svc.RunSweep(ctx, cfg.Sweep, config.Queues, prune)
+				}()
+				return nil
+			},
+			OnStop: func(context.Context) error {
+				cancel()
+				<-done
+				return nil
+			},
+		})
+	}),
+)
+
+// Ready is the readiness flag /readyz reports: up once the API listens,
+// down as soon as shutdown begins.
+type Ready struct{ atomic.Bool }
+
+// HTTPModule serves the API. Its start hook binds the listener, so a port in
+// use fails start-up; its stop hook drains waiting claims, then lets requests
+// in flight finish for up to ShutdownGrace.
+var HTTPModule = fx.Module("httpapi",
+	fx.Provide(func() *Ready { return &Ready{} }),
+	fx.Provide(func(svc *app.Service, config ports.Config, m *metrics.Metrics, logger *zap.Logger) *httpapi.API {
+		return httpapi.New(svc, config, httpapi.Options{
+			Logger:     logger,
+			Middleware: []func(http.Handler) http.Handler{httpapi.RequestLog(logger.Named("http")), m.Middleware},
+		})
+	}),
+	fx.Invoke(func(lc fx.Lifecycle, cfg Config, api *httpapi.API, svc *app.Service, ready *Ready, logger *zap.Logger) {
+		srv := &http.Server{
+			Handler:           api,
+			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       120 * time.Second,
+			ErrorLog:          zap.NewStdLog(logger.Named("http")),
+		}
+		lc.Append(fx.Hook{
+			OnStart: func(context.Context) error {
+				return listen(srv, cfg.Addr, "api", logger, func() { ready.Store(true) })
+			},
+			OnStop: func(ctx context.Context) error {
+				ready.Store(false)
+				svc.Drain()
+				ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+				defer cancel()
+				if err := srv.Shutdown(ctx); err != nil {
+					logger.Warn("requests still running at shutdown", zap.Error(err))
+					return srv.Close()
+				}
+				return nil
+			},
+		})
+	}),
+)
+
+// AdminModule serves /metrics, /healthz and /readyz on the admin listener.
+var AdminModule = fx.Module("admin",
+	fx.Invoke(func(lc fx.Lifecycle, cfg Config, m *metrics.Metrics, ready *Ready, logger *zap.Logger) {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", m.Handler())
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write([]byte("ok\n"))
+		})
+		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if !ready.Load() {
+				http.Error(w, "not ready", http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = w.Write([]byte("ready\n"))
+		})
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		lc.Append(fx.Hook{
+			OnStart: func(context.Context) error { return listen(srv, cfg.AdminAddr, "admin", logger, nil) },
+			OnStop:  func(ctx context.Context) error { return srv.Close() },
+		})
+	}),
+)
+
+// listen binds addr (so a taken port fails start-up) and serves in the
+// background. It logs the bound address: with port 0 that is how tests and
+// operators learn the port.
+func listen(srv *http.Server, addr, name string, logger *zap.Logger, up func()) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s listener: %w", name, err)
+	}
+	logger.Info("listening", zap.String("listener", name), zap.String("addr", ln.Addr().String()))
+	if up != nil {
+		up()
+	}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("serve", zap.String("listener", name), zap.Error(err))
+		}
+	}()
+	return nil
+}

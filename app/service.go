@@ -1,0 +1,106 @@
+// Package app holds Taskhoster's use cases: post, status, claim, progress,
+// result and the sweep. Each one loads a task through the repository, applies
+// a domain rule, records the event and, where the client is promised
+// durability, waits for the flush before answering.
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+// Observer is told of every transition and of refused results (metrics).
+type Observer interface {
+	Observe(ev domain.Event)
+	ResultRefused(q ports.QueueRef)
+}
+
+// Deps are what the use cases run on.
+type Deps struct {
+	Repo     ports.TaskRepository
+	Syncer   ports.Syncer
+	Log      ports.EventLog
+	Notifier ports.Notifier
+	Clock    ports.Clock
+	Compiler ports.SchemaCompiler
+	Observer Observer    // optional
+	Logger   *zap.Logger // optional
+}
+
+// Service runs the use cases. It is safe for concurrent use.
+type Service struct {
+	repo     ports.TaskRepository
+	syncer   ports.Syncer
+	log      ports.EventLog
+	notifier ports.Notifier
+	clock    ports.Clock
+	observer Observer
+	logger   *zap.Logger
+	queries  *queryCache
+
+	// draining is closed when the server begins to shut down, so that claims
+	// waiting for work answer at once instead of holding the shutdown up.
+	drainOnce sync.Once
+	draining  chan struct{}
+}
+
+// New builds a Service.
+func New(d Deps) *Service {
+	if d.Observer == nil {
+		d.Observer = nopObserver{}
+	}
+	if d.Logger == nil {
+		d.Logger = zap.NewNop()
+	}
+	return &Service{
+		repo: d.Repo, syncer: d.Syncer, log: d.Log, notifier: d.Notifier,
+		clock: d.Clock, observer: d.Observer, logger: d.Logger,
+		queries:  newQueryCache(d.Compiler, 512),
+		draining: make(chan struct{}),
+	}
+}
+
+// Drain makes every waiting claim return now and every later claim answer
+// without waiting. Called once shutdown begins.
+func (s *Service) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
+
+// record makes one stored transition known: the event log first (a line is
+// appended before the transition is acknowledged), then metrics and waiters.
+func (s *Service) record(ctx context.Context, q *ports.Queue, ev domain.Event) error {
+	if err := s.log.Append(ctx, ev, q.Settings.ArchivePayloads); err != nil {
+		return fmt.Errorf("log %s of %s: %w", ev.Kind, ev.Task.ID, err)
+	}
+	s.observer.Observe(ev)
+	s.notifier.Publish(ev)
+	return nil
+}
+
+// newID returns 16 lower-case hex characters from a cryptographic source.
+func newID() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("new task id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// isStateConflict reports whether err is one of the domain's "not in a state
+// for that" refusals, which are answers, not failures.
+func isStateConflict(err error) bool {
+	return errors.Is(err, domain.ErrTerminal) || errors.Is(err, domain.ErrNotPending) ||
+		errors.Is(err, domain.ErrNotProcessing) || errors.Is(err, domain.ErrNotLeaseHolder)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Observe(domain.Event)         {}
+func (nopObserver) ResultRefused(ports.QueueRef) {}

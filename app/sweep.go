@@ -1,0 +1,157 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+// Sweep applies the time-based transitions to every queue, in the order of
+// SPEC §7: queue timeout, then lease lapse, then retention. It returns the
+// first error after trying every queue, so one broken queue does not stall
+// the others.
+func (s *Service) Sweep(ctx context.Context, queues []*ports.Queue) error {
+	var first error
+	for _, q := range queues {
+		if err := s.sweepQueue(ctx, q); err != nil {
+			s.logger.Warn("sweep failed", zap.String("host", q.Host), zap.String("queue", q.Name), zap.Error(err))
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	return first
+}
+
+func (s *Service) sweepQueue(ctx context.Context, q *ports.Queue) error {
+	now := s.clock.Now()
+	ref := q.Ref()
+
+	// Pending tasks come oldest first, so the first one too young to time
+	// out ends the pass: the sweep costs what it finds, not the queue's depth.
+	var timedOut, requeue, clean []string
+	err := s.repo.Each(ctx, ref, "pending", func(t domain.Task) bool {
+		if domain.DueAt(t, q.Settings, now) != domain.DueTimeout {
+			return false
+		}
+		timedOut = append(timedOut, t.ID)
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	err = s.repo.Each(ctx, ref, "processing", func(t domain.Task) bool {
+		switch domain.DueAt(t, q.Settings, now) {
+		case domain.DueTimeout:
+			timedOut = append(timedOut, t.ID)
+		case domain.DueRequeue:
+			requeue = append(requeue, t.ID)
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	err = s.repo.Each(ctx, ref, "done", func(t domain.Task) bool {
+		if domain.DueAt(t, q.Settings, now) == domain.DueClean {
+			clean = append(clean, t.ID)
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+
+	for _, id := range timedOut {
+		if err := s.apply(ctx, q, id, domain.DueTimeout); err != nil {
+			return err
+		}
+	}
+	for _, id := range requeue {
+		if err := s.apply(ctx, q, id, domain.DueRequeue); err != nil {
+			return err
+		}
+	}
+	for _, id := range clean {
+		if err := s.clean(ctx, q, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// apply carries out a timeout or a lease re-queue, checking again under the
+// repository's lock that it is still due: a result may have landed since
+// the scan.
+func (s *Service) apply(ctx context.Context, q *ports.Queue, id string, due domain.Due) error {
+	var ev domain.Event
+	_, err := s.repo.Update(ctx, key(q, id), func(t *domain.Task) error {
+		now := s.clock.Now()
+		if domain.DueAt(*t, q.Settings, now) != due {
+			return errNotDue
+		}
+		var err error
+		if due == domain.DueTimeout {
+			*t, ev, err = t.Timeout(now)
+		} else {
+			*t, ev, err = t.Requeue(domain.CauseLease, now)
+		}
+		return err
+	})
+	if errors.Is(err, errNotDue) || errors.Is(err, domain.ErrNotFound) || isStateConflict(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sweep %s: %w", id, err)
+	}
+	return s.record(ctx, q, ev)
+}
+
+func (s *Service) clean(ctx context.Context, q *ports.Queue, id string) error {
+	t, err := s.repo.Get(ctx, key(q, id))
+	if errors.Is(err, domain.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	now := s.clock.Now()
+	// Terminal tasks change only by a first fetch, which never makes a due
+	// task undue, so the check and the delete need no lock between them.
+	if domain.DueAt(t, q.Settings, now) != domain.DueClean {
+		return nil
+	}
+	if err := s.repo.Delete(ctx, key(q, id)); err != nil {
+		if errors.Is(err, domain.ErrNotFound) {
+			return nil
+		}
+		return fmt.Errorf("clean %s: %w", id, err)
+	}
+	return s.record(ctx, q, t.Clean(now))
+}
+
+var errNotDue = errors.New("no longer due")
+
+// RunSweep sweeps every interval until ctx ends. queues is asked afresh each
+// time, so queues added or removed by a reload are followed.
+func (s *Service) RunSweep(ctx context.Context, interval time.Duration, queues func() []*ports.Queue, after func(now time.Time)) {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			_ = s.Sweep(ctx, queues())
+			if after != nil {
+				after(s.clock.Now())
+			}
+		}
+	}
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/taskhoster/taskhoster/adapters/folderconfig"
+	"github.com/taskhoster/taskhoster/app/server"
+)
+
+func serve(args []string, stderr io.Writer) int {
+	fs := newFlags("serve", stderr)
+	var cfg server.Config
+	fs.StringVar(&cfg.Hosts, "hosts", "./Taskhoster", "the hosts folder")
+	fs.StringVar(&cfg.Items, "items", "./var/taskhoster-items", "the folder of task files")
+	fs.StringVar(&cfg.Logs, "logs", "./var/taskhoster-logs", "the folder of the event log")
+	fs.StringVar(&cfg.Addr, "addr", ":8080", "the API listener")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", "127.0.0.1:9090", "the admin listener: /metrics, /healthz, /readyz")
+	fs.StringVar(&cfg.Sync, "sync", "always", "always: fsync before acknowledging; none: never fsync")
+	fs.DurationVar(&cfg.Sweep, "sweep", time.Second, "how often the sweep runs")
+	fs.IntVar(&cfg.LogDays, "log-days", 21, "days of event log to keep")
+	if err := parse(fs, args); err != nil {
+		return 2
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(stderr, "taskhoster serve:", err)
+		return 2
+	}
+	logger, err := zap.NewProduction()
+	if err != nil {
+		fmt.Fprintln(stderr, "taskhoster serve: logger:", err)
+		return 1
+	}
+	defer func() { _ = logger.Sync() }()
+
+	app := server.New(cfg, logger)
+	if err := app.Err(); err != nil {
+		fmt.Fprintln(stderr, "taskhoster serve:", err)
+		return 1
+	}
+	startCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := app.Start(startCtx); err != nil {
+		fmt.Fprintln(stderr, "taskhoster serve:", err)
+		return 1
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	got := <-sig
+	logger.Info("shutting down", zap.String("signal", got.String()))
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelStop()
+	if err := app.Stop(stopCtx); err != nil {
+		fmt.Fprintln(stderr, "taskhoster serve: shutdown:", err)
+		return 1
+	}
+	return 0
+}
+
+func check(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("check", stderr)
+	hosts := fs.String("hosts", "./Taskhoster", "the hosts folder to check")
+	if err := parse(fs, args); err != nil {
+		return 2
+	}
+	if _, err := os.Stat(*hosts); err != nil {
+		fmt.Fprintln(stderr, "taskhoster check:", err)
+		return 1
+	}
+	failed := false
+	for _, p := range folderconfig.Check(*hosts) {
+		level := "error"
+		if p.Warning {
+			level = "warning"
+		} else {
+			failed = true
+		}
+		fmt.Fprintf(stdout, "%s: %s\n", level, p)
+	}
+	if failed {
+		return 1
+	}
+	fmt.Fprintln(stdout, "ok")
+	return 0
+}
