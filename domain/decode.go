@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 )
 
 // DecodeTask rebuilds a task from its stored bytes. It is the one way back
@@ -15,7 +16,9 @@ func DecodeTask(data []byte) (Task, error) {
 	if err := dec.Decode(&t); err != nil {
 		return Task{}, fmt.Errorf("decode task: %w", err)
 	}
-	if dec.More() {
+	// More() says false before a stray '}' or ']', so ask for the next token:
+	// anything but the end means a torn or doubled write.
+	if _, err := dec.Token(); err != io.EOF {
 		return Task{}, fmt.Errorf("decode task: trailing data")
 	}
 	t.Item = nonNull(t.Item)

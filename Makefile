@@ -1,0 +1,48 @@
+# Taskhoster: build, run the bundled example, test, fuzz.
+#
+#   make run                  serve examples/hosts on 127.0.0.1:8080
+#   make test                 vet, then every test with the race detector
+#   make fuzz FUZZTIME=2m     every Fuzz target, one after the other
+
+GO       ?= go
+FUZZTIME ?= 30s
+BIN      := bin/taskhoster
+
+# The Go toolchain's usual home, for shells that do not have it on PATH.
+export PATH := $(PATH):/usr/local/go/bin
+
+.PHONY: build run test fuzz bench clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/taskhoster
+
+run: build
+	$(BIN) serve --hosts examples/hosts --items var/taskhoster-items --logs var/taskhoster-logs --addr 127.0.0.1:8080
+
+# Plain `go test` also runs every Fuzz target over its seed corpus (the f.Add
+# values and testdata/fuzz/), so the corpora are part of `make test`.
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+# Runs each Fuzz target of each package for FUZZTIME (go test -fuzz takes one
+# target at a time). A crasher is written to the package's testdata/fuzz/ and
+# from then on is part of `make test`.
+fuzz:
+	@set -e; pkgs=$$($(GO) list ./...); \
+	for pkg in $$pkgs; do \
+		listed=$$($(GO) test -list '^Fuzz' $$pkg); \
+		for target in $$listed; do \
+			case $$target in Fuzz*) ;; *) continue ;; esac; \
+			echo "== $$pkg $$target ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
+
+# Placeholder until the benchmarks land: runs every Benchmark once over.
+bench:
+	$(GO) test -run '^$$' -bench . ./...
+
+# Removes the binary and the data `make run` left in var/.
+clean:
+	rm -rf bin var
