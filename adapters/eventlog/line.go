@@ -87,7 +87,7 @@ func encodeLine(ev domain.Event) []byte {
 // the encoder writes spares re-encoding a payload of up to a megabyte on
 // every event of its task.
 func storedLen(raw json.RawMessage) int {
-	if domain.IsNull(raw) {
+	if domain.IsNull(bytes.TrimSpace(raw)) {
 		return 0
 	}
 	n, inString, escaped := 0, false, false

@@ -11,6 +11,9 @@ import (
 // the bytes domain.EncodeTask writes to a task file.
 func lenInTaskFile(tb testing.TB, raw json.RawMessage) int {
 	tb.Helper()
+	if len(raw) == 0 {
+		raw = nil // absent; an empty non-nil RawMessage does not encode
+	}
 	stored := domain.EncodeTask(domain.Task{ID: "0123456789abcdef", Status: domain.Pending, Item: raw})
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(stored, &fields); err != nil {
@@ -25,6 +28,7 @@ func lenInTaskFile(tb testing.TB, raw json.RawMessage) int {
 var storedLenCases = map[string]string{
 	"absent":                  "",
 	"null":                    "null",
+	"null with spaces":        " null\n",
 	"compact object":          `{"url":"https://ex.com/a.png"}`,
 	"spaces between tokens":   "{ \"a\" :\t[1, 2,\r\n 3] }",
 	"spaces inside a string":  `{"a":"x y  z"}`,

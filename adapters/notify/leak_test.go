@@ -1,0 +1,68 @@
+package notify
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+// Subscriptions come and go, some closed, some cut off, while events are
+// published; afterwards the Hub holds nothing for them.
+func TestSubscriptionsLeaveNothingBehind(t *testing.T) {
+	h := NewHub()
+	keys := []ports.Key{
+		{Host: "h", Queue: "q", ID: "0000000000000001"},
+		{Host: "h", Queue: "q", ID: "0000000000000002"},
+	}
+	stop := make(chan struct{})
+	var publisher sync.WaitGroup
+	publisher.Go(func() {
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, k := range keys {
+				h.Publish(domain.Event{Kind: domain.EventProgress, Task: domain.Task{Host: k.Host, Queue: k.Queue, ID: k.ID, Attempts: n}})
+			}
+		}
+	})
+
+	var subscribers sync.WaitGroup
+	for i := range 32 {
+		subscribers.Go(func() {
+			for j := range 100 {
+				s := h.Subscribe(keys[(i+j)%len(keys)], 1+j%3)
+				if j%2 == 0 {
+					<-s.C() // blocks until an event or the cut-off; either ends the wait
+				}
+				s.Close()
+			}
+		})
+	}
+	subscribers.Wait()
+	close(stop)
+	publisher.Wait()
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.subs) != 0 {
+		t.Errorf("hub still holds subscriptions of %d tasks", len(h.subs))
+	}
+}
+
+// The pending channel of a queue is dropped at its wake-up, not kept.
+func TestPendingEntryGoesAtWakeUp(t *testing.T) {
+	h := NewHub()
+	q := ports.QueueRef{Host: "h", Queue: "q"}
+	h.Pending(q)
+	h.Publish(domain.Event{Kind: domain.EventPosted, Task: domain.Task{Host: q.Host, Queue: q.Queue, ID: "0000000000000001"}})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.pending) != 0 {
+		t.Errorf("hub still holds %d pending channels", len(h.pending))
+	}
+}

@@ -1,0 +1,232 @@
+package notify_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/taskhoster/taskhoster/adapters/notify"
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+var (
+	resize = ports.QueueRef{Host: "task.example.com", Queue: "resize"}
+	thumbs = ports.QueueRef{Host: "task.example.com", Queue: "thumbnail"}
+)
+
+// event is an event of task id in q; n goes into attempts so that tests can
+// tell events apart and check their order.
+func event(q ports.QueueRef, id string, kind domain.EventKind, n int) domain.Event {
+	return domain.Event{Kind: kind, Task: domain.Task{Host: q.Host, Queue: q.Queue, ID: id, Attempts: n}}
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func TestPendingIsClosedByPostAndRequeueOnly(t *testing.T) {
+	tests := []struct {
+		kind domain.EventKind
+		wake bool
+	}{
+		{domain.EventPosted, true},
+		{domain.EventRequeue, true},
+		{domain.EventClaimed, false},
+		{domain.EventProgress, false},
+		{domain.EventResult, false},
+		{domain.EventFailed, false},
+		{domain.EventTimeout, false},
+		{domain.EventFetched, false},
+		{domain.EventCleaned, false},
+	}
+	for _, tc := range tests {
+		t.Run(string(tc.kind), func(t *testing.T) {
+			h := notify.NewHub()
+			// Taken before the publish, as a claim does before it looks for
+			// a task: the publish must not slip in between unnoticed.
+			ch := h.Pending(resize)
+			other := h.Pending(thumbs)
+			if h.Pending(resize) != ch {
+				t.Fatal("two waiters before a publish got different channels")
+			}
+
+			h.Publish(event(resize, "9f2c1a0b7d4e6f83", tc.kind, 0))
+
+			if got := closed(ch); got != tc.wake {
+				t.Fatalf("channel closed = %v, want %v", got, tc.wake)
+			}
+			if closed(other) {
+				t.Fatal("another queue's channel was closed")
+			}
+			if next := h.Pending(resize); tc.wake && closed(next) {
+				t.Fatal("the channel after a wake-up is already closed")
+			}
+		})
+	}
+}
+
+// A poster and claimers race; a claimer takes the channel, then looks for a
+// task, then waits. The poster posts the next task only when the last one is
+// taken, so a post that fell between a claimer's look and its wait unnoticed
+// would leave every claimer asleep with a task pending, past the deadline.
+func TestPendingLosesNoWakeUp(t *testing.T) {
+	const posts, claimers = 2000, 2
+	h := notify.NewHub()
+	var available atomic.Int64
+	took := make(chan struct{})
+	// A closed channel, unlike time.After's, reaches every claimer.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	for range claimers {
+		wg.Go(func() {
+			for {
+				wake := h.Pending(resize)
+				if n := available.Load(); n > 0 && available.CompareAndSwap(n, n-1) {
+					select {
+					case took <- struct{}{}:
+					case <-ctx.Done():
+						return
+					}
+					continue
+				}
+				select {
+				case <-wake:
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+	}
+	for i := range posts {
+		available.Add(1)                                                    // the task is stored...
+		h.Publish(event(resize, "9f2c1a0b7d4e6f83", domain.EventPosted, i)) // ...then announced
+		select {
+		case <-took:
+		case <-ctx.Done():
+			t.Fatalf("task %d of %d not taken by the deadline: a wake-up was lost", i, posts)
+		}
+	}
+	cancel()
+	wg.Wait()
+}
+
+func TestEverySubscriberGetsEveryEventInOrder(t *testing.T) {
+	const subscribers, events = 16, 500
+	h := notify.NewHub()
+	k := ports.Key{Host: resize.Host, Queue: resize.Queue, ID: "9f2c1a0b7d4e6f83"}
+	subs := make([]*notify.Subscription, subscribers)
+	for i := range subs {
+		subs[i] = h.Subscribe(k, events) // room for all: none may be cut off
+	}
+	// Another task of the same queue, and another subscriber's own task.
+	otherSub := h.Subscribe(ports.Key{Host: resize.Host, Queue: resize.Queue, ID: "3a71bd0c5e2f9481"}, events)
+
+	got := make([][]int, subscribers)
+	var wg sync.WaitGroup
+	for i, s := range subs {
+		wg.Go(func() {
+			timeout := time.After(10 * time.Second)
+			for len(got[i]) < events {
+				select {
+				case ev, ok := <-s.C():
+					if !ok {
+						t.Errorf("subscriber %d closed after %d events, lost=%v", i, len(got[i]), s.Lost())
+						return
+					}
+					if ev.Task.ID != k.ID {
+						t.Errorf("subscriber %d got an event of task %s", i, ev.Task.ID)
+					}
+					got[i] = append(got[i], ev.Task.Attempts)
+				case <-timeout:
+					t.Errorf("subscriber %d has %d of %d events at the deadline", i, len(got[i]), events)
+					return
+				}
+			}
+		})
+	}
+	want := make([]int, events)
+	for n := range events {
+		want[n] = n
+		h.Publish(event(resize, k.ID, domain.EventProgress, n))
+		h.Publish(event(resize, "0000000000000000", domain.EventProgress, n))
+	}
+	wg.Wait()
+
+	for i := range subs {
+		if diff := cmp.Diff(want, got[i]); diff != "" {
+			t.Errorf("subscriber %d events (-want +got):\n%s", i, diff)
+		}
+		subs[i].Close()
+		if _, ok := <-subs[i].C(); ok || subs[i].Lost() {
+			t.Errorf("subscriber %d after Close: channel open %v, lost %v", i, ok, subs[i].Lost())
+		}
+	}
+	select {
+	case ev := <-otherSub.C():
+		t.Errorf("subscriber of another task got %+v", ev)
+	default:
+	}
+	otherSub.Close()
+}
+
+func TestSlowSubscriberIsCutOffWithoutBlocking(t *testing.T) {
+	const events = 10
+	h := notify.NewHub()
+	k := ports.Key{Host: resize.Host, Queue: resize.Queue, ID: "9f2c1a0b7d4e6f83"}
+	slow := h.Subscribe(k, 2) // never read while publishing
+	fast := h.Subscribe(k, events)
+	defer fast.Close()
+
+	published := make(chan struct{})
+	go func() {
+		defer close(published)
+		for n := range events {
+			h.Publish(event(resize, k.ID, domain.EventProgress, n))
+		}
+	}()
+	select {
+	case <-published:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Publish blocked on a full subscriber")
+	}
+
+	// The slow one keeps what fit, then finds its channel closed.
+	var slowGot []int
+	for ev := range slow.C() {
+		slowGot = append(slowGot, ev.Task.Attempts)
+	}
+	if diff := cmp.Diff([]int{0, 1}, slowGot); diff != "" {
+		t.Errorf("slow subscriber events (-want +got):\n%s", diff)
+	}
+	if !slow.Lost() {
+		t.Error("slow subscriber not marked lost")
+	}
+	slow.Close() // after being cut off: harmless
+	slow.Close()
+
+	// The fast one missed nothing and is still subscribed.
+	for n := range events {
+		if ev := <-fast.C(); ev.Task.Attempts != n {
+			t.Fatalf("fast subscriber event %d has attempts %d", n, ev.Task.Attempts)
+		}
+	}
+	if fast.Lost() {
+		t.Error("fast subscriber marked lost")
+	}
+	h.Publish(event(resize, k.ID, domain.EventResult, events))
+	if ev := <-fast.C(); ev.Kind != domain.EventResult {
+		t.Errorf("fast subscriber got %s after the cut-off, want result", ev.Kind)
+	}
+}
