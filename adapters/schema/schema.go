@@ -96,6 +96,9 @@ func Compile(raw json.RawMessage) (s *Schema, err error) {
 		}
 	}()
 
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return nil, &Error{Reason: "empty: a schema is a JSON object or a boolean"}
+	}
 	c := jsonschema.NewCompiler()
 	c.Draft = jsonschema.Draft2020
 	c.LoadURL = func(u string) (io.ReadCloser, error) { return nil, &notFetched{url: u} }

@@ -116,6 +116,7 @@ func TestCompileRejects(t *testing.T) {
 		{"bad regex", `{"pattern": "(("}`, "at /pattern:"},
 		{"dangling local ref", `{"$ref": "#/$defs/nope"}`, "not found"},
 		{"null", `null`, "expected object or boolean"},
+		{"empty", ` `, "empty"},
 		{"unknown $schema is not fetched", `{"$schema": "http://example.com/my-draft"}`, "never fetched"},
 		{"relative ref is not a file", `{"$ref": "other.json"}`, `reference "/other.json" is outside the schema`},
 	}

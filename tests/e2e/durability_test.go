@@ -239,7 +239,7 @@ func TestTimersOverHTTP(t *testing.T) {
 		return !exists(s.taskFile("public", "done", slow)) && !exists(s.taskFile("public", "done", never))
 	})
 	want := map[string][]string{
-		slow:  {"posted", "claimed", "requeue", "result", "fetched", "cleaned"},
+		slow:  {"posted", "claimed", "requeue", "result", "cleaned"},
 		never: {"posted", "timeout", "fetched", "cleaned"},
 	}
 	for id, events := range want {
