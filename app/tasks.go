@@ -36,6 +36,9 @@ func (s *Service) Post(ctx context.Context, q *ports.Queue, user string, item []
 		}
 	}
 	if err := s.record(ctx, q, ev); err != nil {
+		// Unlogged, the post is not acknowledged; take the task back so the
+		// client's retry does not leave a twin behind.
+		_ = s.repo.Delete(ctx, ports.KeyOf(t))
 		return domain.Task{}, err
 	}
 	if err := s.syncer.Sync(ctx); err != nil {

@@ -1,0 +1,371 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/taskhoster/taskhoster/adapters/clock"
+	"github.com/taskhoster/taskhoster/adapters/memstore"
+	"github.com/taskhoster/taskhoster/adapters/notify"
+	"github.com/taskhoster/taskhoster/adapters/schema"
+	"github.com/taskhoster/taskhoster/app"
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+// recordingLog is an EventLog that keeps events in memory, in order.
+type recordingLog struct {
+	mu     sync.Mutex
+	events []domain.Event
+	fail   error
+}
+
+var _ ports.EventLog = (*recordingLog)(nil)
+
+func (l *recordingLog) Append(_ context.Context, ev domain.Event, _ bool) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fail != nil {
+		return l.fail
+	}
+	l.events = append(l.events, ev)
+	return nil
+}
+
+// kinds lists the event kinds logged for one task.
+func (l *recordingLog) kinds(id string) []domain.EventKind {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []domain.EventKind
+	for _, ev := range l.events {
+		if ev.Task.ID == id {
+			out = append(out, ev.Kind)
+		}
+	}
+	return out
+}
+
+// countingSyncer counts flushes, to show which use cases wait for one.
+type countingSyncer struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (s *countingSyncer) Sync(context.Context) error {
+	s.mu.Lock()
+	s.n++
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *countingSyncer) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+type fixture struct {
+	svc   *app.Service
+	repo  *memstore.Store
+	log   *recordingLog
+	sync  *countingSyncer
+	clock *clock.Fake
+	q     *ports.Queue
+}
+
+func newFixture(t *testing.T, settings domain.Settings) *fixture {
+	t.Helper()
+	item, err := schema.Compile(json.RawMessage(`{"type":"object","required":["url"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{
+		repo:  memstore.New(),
+		log:   &recordingLog{},
+		sync:  &countingSyncer{},
+		clock: clock.NewFake(time.UnixMilli(1751500000000)),
+		q: &ports.Queue{
+			Host: "task.example.com", Name: "resize", Settings: settings,
+			Item: item, Progress: schema.Any(), Result: schema.Any(),
+		},
+	}
+	f.svc = app.New(app.Deps{
+		Repo: f.repo, Syncer: f.sync, Log: f.log, Notifier: notify.NewHub(),
+		Clock: f.clock, Compiler: schema.Compiler{},
+	})
+	return f
+}
+
+func (f *fixture) post(t *testing.T, item string) domain.Task {
+	t.Helper()
+	task, err := f.svc.Post(context.Background(), f.q, "alice", []byte(item))
+	if err != nil {
+		t.Fatalf("post %s: %v", item, err)
+	}
+	return task
+}
+
+func (f *fixture) claim(t *testing.T, worker string) domain.Task {
+	t.Helper()
+	task, err := f.svc.Claim(context.Background(), f.q, worker, nil, 0)
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return task
+}
+
+func TestPostIsFlushedAndLogged(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	task := f.post(t, `{ "url" : "a" }`)
+	if string(task.Item) != `{"url":"a"}` {
+		t.Errorf("item stored as %s, want compacted", task.Item)
+	}
+	if f.sync.count() != 1 {
+		t.Errorf("post flushed %d times, want 1", f.sync.count())
+	}
+	if diff := cmp.Diff([]domain.EventKind{domain.EventPosted}, f.log.kinds(task.ID)); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	// A claim needs no flush.
+	f.claim(t, "w")
+	if f.sync.count() != 1 {
+		t.Errorf("claim flushed")
+	}
+}
+
+func TestBadItemsChangeNothing(t *testing.T) {
+	s := domain.DefaultSettings()
+	s.MaxItemBytes = 32
+	f := newFixture(t, s)
+	cases := []struct {
+		name, item string
+		kind       domain.Kind
+		code       string
+	}{
+		{"not JSON", `{"url":`, domain.KindInvalid, "invalid_json"},
+		{"breaks schema", `{"width":1}`, domain.KindSchema, "invalid_item"},
+		{"too large", `{"url":"` + string(make([]byte, 40)) + `"}`, domain.KindTooLarge, "too_large"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := f.svc.Post(context.Background(), f.q, "", []byte(c.item))
+			var e *domain.Error
+			if !errors.As(err, &e) || e.Kind != c.kind || e.Code != c.code {
+				t.Fatalf("err = %v, want %v %s", err, c.kind, c.code)
+			}
+		})
+	}
+	if n := f.repo.Counts(f.q.Ref()); n != (ports.Counts{}) {
+		t.Errorf("counts after bad posts = %+v", n)
+	}
+}
+
+func TestLateResultAfterRequeueWinsAndLoserIsTold(t *testing.T) {
+	s := domain.DefaultSettings()
+	s.LeaseSeconds = 10
+	f := newFixture(t, s)
+	ctx := context.Background()
+	task := f.post(t, `{"url":"a"}`)
+	f.claim(t, "slow")
+	f.clock.Advance(11 * time.Second)
+	if err := f.svc.Sweep(ctx, []*ports.Queue{f.q}); err != nil {
+		t.Fatal(err)
+	}
+	again := f.claim(t, "fast")
+	if again.ID != task.ID || again.Attempts != 2 {
+		t.Fatalf("re-claim = %+v", again)
+	}
+	out, err := f.svc.Result(ctx, f.q, task.ID, "slow", []byte(`{"by":"slow"}`))
+	if err != nil || !out.Accepted {
+		t.Fatalf("late result: %+v %v", out, err)
+	}
+	out, err = f.svc.Result(ctx, f.q, task.ID, "fast", []byte(`{"by":"fast"}`))
+	if err != nil || out.Accepted || out.Status != domain.Finished {
+		t.Fatalf("loser: %+v %v", out, err)
+	}
+	want := []domain.EventKind{domain.EventPosted, domain.EventClaimed, domain.EventRequeue, domain.EventClaimed, domain.EventResult}
+	if diff := cmp.Diff(want, f.log.kinds(task.ID)); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+func TestSweepTimesOutBeforeRequeue(t *testing.T) {
+	s := domain.DefaultSettings()
+	s.LeaseSeconds, s.QueueSeconds = 10, 20
+	f := newFixture(t, s)
+	ctx := context.Background()
+	task := f.post(t, `{"url":"a"}`)
+	f.clock.Advance(15 * time.Second)
+	f.claim(t, "w")
+	// Lease lapsed (at 25 s) and queue timeout (20 s) are both due at 30 s.
+	f.clock.Advance(15 * time.Second)
+	if err := f.svc.Sweep(ctx, []*ports.Queue{f.q}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := f.svc.Get(ctx, f.q, task.ID)
+	if got.Status != domain.Failed || got.Error == nil || *got.Error != "timeout" {
+		t.Fatalf("after sweep: %+v", got)
+	}
+	out, _ := f.svc.Result(ctx, f.q, task.ID, "w", []byte(`1`))
+	if out.Accepted {
+		t.Errorf("result after timeout accepted")
+	}
+	want := []domain.EventKind{domain.EventPosted, domain.EventClaimed, domain.EventTimeout}
+	if diff := cmp.Diff(want, f.log.kinds(task.ID)); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+func TestRetentionFromFetchedNeverStartsUnread(t *testing.T) {
+	s := domain.DefaultSettings()
+	s.RetainFrom, s.RetainSeconds = domain.RetainFromFetched, 5
+	f := newFixture(t, s)
+	ctx := context.Background()
+	task := f.post(t, `{"url":"a"}`)
+	f.claim(t, "w")
+	if _, err := f.svc.Result(ctx, f.q, task.ID, "w", []byte(`1`)); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(1000 * time.Hour)
+	_ = f.svc.Sweep(ctx, []*ports.Queue{f.q})
+	if _, err := f.svc.Get(ctx, f.q, task.ID); err != nil {
+		t.Fatalf("unread task cleaned: %v", err)
+	}
+	view, err := f.svc.Status(ctx, f.q, task.ID)
+	if err != nil || view.Status != domain.Finished {
+		t.Fatalf("status: %+v %v", view, err)
+	}
+	_, _ = f.svc.Status(ctx, f.q, task.ID) // a second read logs nothing
+	f.clock.Advance(5 * time.Second)
+	_ = f.svc.Sweep(ctx, []*ports.Queue{f.q})
+	if _, err := f.svc.Get(ctx, f.q, task.ID); err != nil {
+		t.Fatalf("cleaned at exactly retainSeconds: %v", err)
+	}
+	f.clock.Advance(time.Millisecond)
+	_ = f.svc.Sweep(ctx, []*ports.Queue{f.q})
+	if _, err := f.svc.Get(ctx, f.q, task.ID); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("not cleaned after retention: %v", err)
+	}
+	want := []domain.EventKind{domain.EventPosted, domain.EventClaimed, domain.EventResult, domain.EventFetched, domain.EventCleaned}
+	if diff := cmp.Diff(want, f.log.kinds(task.ID)); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+func TestProgressOnlyFromLeaseHolder(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	ctx := context.Background()
+	task := f.post(t, `{"url":"a"}`)
+	out, _ := f.svc.Progress(ctx, f.q, task.ID, "w", []byte(`1`))
+	if out.Accepted || out.Status != domain.Pending {
+		t.Errorf("progress on pending: %+v", out)
+	}
+	claimed := f.claim(t, "w")
+	f.clock.Advance(30 * time.Second)
+	out, _ = f.svc.Progress(ctx, f.q, task.ID, "other", []byte(`1`))
+	if out.Accepted {
+		t.Errorf("progress from another worker accepted")
+	}
+	out, _ = f.svc.Progress(ctx, f.q, task.ID, "w", []byte(`{"percent":40}`))
+	if !out.Accepted || out.Lease.Until != claimed.Lease.Until+30_000 {
+		t.Errorf("holder's progress: %+v (claimed until %d)", out, claimed.Lease.Until)
+	}
+}
+
+func TestRequeueOnlyUnderTheSameClaim(t *testing.T) {
+	s := domain.DefaultSettings()
+	s.LeaseSeconds = 10
+	f := newFixture(t, s)
+	ctx := context.Background()
+	task := f.post(t, `{"url":"a"}`)
+	first := f.claim(t, "socket-a")
+	f.clock.Advance(11 * time.Second)
+	_ = f.svc.Sweep(ctx, []*ports.Queue{f.q})
+	f.claim(t, "socket-b")
+	// Socket A closes now: the task is B's under a newer claim, so it stays.
+	ok, err := f.svc.Requeue(ctx, f.q, task.ID, first.Attempts, domain.CauseSocket)
+	if err != nil || ok {
+		t.Fatalf("requeue under an old claim = %v, %v", ok, err)
+	}
+	got, _ := f.svc.Get(ctx, f.q, task.ID)
+	if got.Status != domain.Processing || got.Lease.Worker != "socket-b" {
+		t.Errorf("task after stale requeue: %+v", got)
+	}
+	ok, err = f.svc.Requeue(ctx, f.q, task.ID, got.Attempts, domain.CauseSocket)
+	if err != nil || !ok {
+		t.Fatalf("requeue under the current claim = %v, %v", ok, err)
+	}
+}
+
+func TestWaitingClaimWakesOnPost(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	got := make(chan domain.Task, 1)
+	go func() {
+		task, err := f.svc.Claim(context.Background(), f.q, "w", nil, time.Minute)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- task
+	}()
+	posted := f.post(t, `{"url":"a"}`)
+	select {
+	case task := <-got:
+		if task.ID != posted.ID {
+			t.Errorf("woke with %s, want %s", task.ID, posted.ID)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("waiting claim never woke")
+	}
+}
+
+func TestDrainEndsWaitingClaims(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.svc.Claim(context.Background(), f.q, "w", nil, time.Minute)
+		done <- err
+	}()
+	f.svc.Drain()
+	select {
+	case err := <-done:
+		if !errors.Is(err, domain.ErrNotFound) {
+			t.Errorf("drained claim err = %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("drain did not end the waiting claim")
+	}
+}
+
+func TestClaimQuery(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	ctx := context.Background()
+	f.post(t, `{"url":"a","size":1}`)
+	big := f.post(t, `{"url":"b","size":9}`)
+	task, err := f.svc.Claim(ctx, f.q, "w", json.RawMessage(`{"properties":{"size":{"minimum":5}}}`), 0)
+	if err != nil || task.ID != big.ID {
+		t.Fatalf("query claim = %s, %v; want %s", task.ID, err, big.ID)
+	}
+	_, err = f.svc.Claim(ctx, f.q, "w", json.RawMessage(`{"type":"nonsense"}`), 0)
+	var e *domain.Error
+	if !errors.As(err, &e) || e.Code != "invalid_query" {
+		t.Fatalf("bad query err = %v", err)
+	}
+}
+
+func TestLogFailureIsNotAcknowledged(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	f.log.fail = &domain.Error{Kind: domain.KindUnavailable, Code: "log_unavailable", Message: "disc full"}
+	_, err := f.svc.Post(context.Background(), f.q, "", []byte(`{"url":"a"}`))
+	if domain.KindOf(err) != domain.KindUnavailable {
+		t.Fatalf("post with a failing log: %v", err)
+	}
+	if n := f.repo.Counts(f.q.Ref()); n != (ports.Counts{}) {
+		t.Errorf("unacknowledged post left a task: %+v", n)
+	}
+}
