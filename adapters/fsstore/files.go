@@ -2,7 +2,6 @@ package fsstore
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -11,11 +10,9 @@ import (
 	"github.com/taskhoster/taskhoster/domain"
 )
 
-// File and directory modes. Task records may carry private payloads, so they
-// are readable by the server's user (and directories by its group) only.
-const (
-	dirMode = 0o750
-)
+// dirMode is for the state directories. Task records may carry private
+// payloads: the files themselves are created 0600 (os.CreateTemp).
+const dirMode = 0o750
 
 // tempMarker is in the name of every temp file a write leaves behind when it
 // is interrupted; the start-up scan removes such files.
@@ -90,6 +87,6 @@ func unavailable(op string, err error) error {
 		Kind:    domain.KindUnavailable,
 		Code:    "storage_unavailable",
 		Message: op,
-		Err:     fmt.Errorf("%s: %w", op, err),
+		Err:     err,
 	}
 }

@@ -88,11 +88,11 @@ var ClockModule = fx.Module("clock",
 
 // StoreModule opens the items folder (taking its lock) and closes it last.
 var StoreModule = fx.Module("fsstore",
-	fx.Provide(func(lc fx.Lifecycle, cfg Config) (*fsstore.Store, ports.TaskRepository, error) {
+	fx.Provide(func(lc fx.Lifecycle, cfg Config, logger *zap.Logger) (*fsstore.Store, ports.TaskRepository, error) {
 		if err := os.MkdirAll(cfg.Items, 0o755); err != nil {
 			return nil, nil, fmt.Errorf("items folder: %w", err)
 		}
-		s, err := fsstore.Open(cfg.Items)
+		s, err := fsstore.Open(cfg.Items, fsstore.WithLogger(logger.Named("fsstore")))
 		if err != nil {
 			return nil, nil, err
 		}

@@ -350,16 +350,12 @@ func testClaimOrder(t *testing.T, r ports.TaskRepository) {
 	}
 }
 
-// kindMatcher accepts items whose "kind" is kind, and counts its calls.
-type kindMatcher struct {
-	kind  string
-	calls int
-}
+// kindMatcher accepts items whose "kind" is kind.
+type kindMatcher struct{ kind string }
 
 func (m *kindMatcher) Key() string { return "kind=" + m.kind }
 
 func (m *kindMatcher) Match(item json.RawMessage) bool {
-	m.calls++
 	var v struct{ Kind string }
 	return json.Unmarshal(item, &v) == nil && v.Kind == m.kind
 }

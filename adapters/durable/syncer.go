@@ -1,0 +1,169 @@
+// Package durable makes the stores' writes durable with group commit: one
+// flush of each filesystem serves every caller that asked while the
+// previous flush ran, so a busy server pays for a few flushes a second, not
+// one per request (SPEC §6, "Concurrent writes may share one fsync").
+package durable
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+var (
+	_ ports.Syncer = (*Syncer)(nil)
+	_ ports.Syncer = None{}
+)
+
+// Syncer flushes whole filesystems with syncfs(2): every file and directory
+// entry written on them, by any of the stores, reaches stable storage. One
+// flush covers task files, renames, unlinks and event log lines at once,
+// which per-file fsync could only do with many calls.
+type Syncer struct {
+	flush func() error
+	files []*os.File // one directory per distinct filesystem
+
+	mu      sync.Mutex
+	running bool   // a flush loop is going
+	next    *batch // callers waiting for a flush that has not started yet
+	closed  bool
+	loop    sync.WaitGroup
+}
+
+// batch is the callers served by one flush.
+type batch struct {
+	done chan struct{} // closed when the flush has finished
+	err  error
+}
+
+// New returns a Syncer for the filesystems holding dirs (which must exist).
+// Dirs on the same filesystem are flushed once.
+func New(dirs ...string) (*Syncer, error) {
+	seen := map[uint64]bool{}
+	var files []*os.File
+	fail := func(err error) (*Syncer, error) {
+		for _, f := range files {
+			_ = f.Close()
+		}
+		return nil, err
+	}
+	for _, dir := range dirs {
+		f, err := os.Open(dir)
+		if err != nil {
+			return fail(fmt.Errorf("open %s for syncing: %w", dir, err))
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			_ = f.Close()
+			return fail(fmt.Errorf("stat %s: %w", dir, err))
+		}
+		if seen[st.Dev] {
+			_ = f.Close()
+			continue
+		}
+		seen[st.Dev] = true
+		files = append(files, f)
+	}
+	s := NewFunc(func() error {
+		var errs []error
+		for _, f := range files {
+			if err := unix.Syncfs(int(f.Fd())); err != nil {
+				errs = append(errs, fmt.Errorf("syncfs %s: %w", f.Name(), err))
+			}
+		}
+		return errors.Join(errs...)
+	})
+	s.files = files
+	return s, nil
+}
+
+// NewFunc returns a Syncer that group-commits calls to flush: for tests, and
+// for anything that is made durable some other way than syncfs.
+func NewFunc(flush func() error) *Syncer {
+	return &Syncer{flush: flush}
+}
+
+// Sync returns once a flush that began after this call has finished, so
+// every write completed before the call is on stable storage. A failed
+// flush fails every caller it served, with a KindUnavailable error. A
+// cancelled ctx stops the wait, not the flush.
+func (s *Syncer) Sync(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return domain.E(domain.KindUnavailable, "storage_unavailable", "syncer is closed")
+	}
+	// Join the batch for the next flush. A flush running now may have
+	// started before our caller's write, so it cannot serve us.
+	if s.next == nil {
+		s.next = &batch{done: make(chan struct{})}
+	}
+	b := s.next
+	if !s.running {
+		s.running = true
+		s.loop.Go(s.run)
+	}
+	s.mu.Unlock()
+
+	select {
+	case <-b.done:
+		return b.err
+	case <-ctx.Done():
+		return fmt.Errorf("wait for flush: %w", ctx.Err())
+	}
+}
+
+// run flushes batch after batch until no caller is waiting. Callers who
+// arrive during a flush gather in s.next and are served together by the
+// following one.
+func (s *Syncer) run() {
+	s.mu.Lock()
+	for s.next != nil {
+		b := s.next
+		s.next = nil
+		s.mu.Unlock()
+
+		if err := s.flush(); err != nil {
+			b.err = &domain.Error{
+				Kind: domain.KindUnavailable, Code: "storage_unavailable",
+				Message: "flush to stable storage failed", Err: err,
+			}
+		}
+		close(b.done)
+
+		s.mu.Lock()
+	}
+	s.running = false
+	s.mu.Unlock()
+}
+
+// Close refuses further calls, waits for the flushes already asked for and
+// releases the directories.
+func (s *Syncer) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.loop.Wait()
+	var errs []error
+	for _, f := range s.files {
+		if err := f.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.files = nil
+	return errors.Join(errs...)
+}
+
+// None is the Syncer of --sync none: writes are left to the kernel's own
+// schedule, for tests and throwaway queues.
+type None struct{}
+
+// Sync does nothing.
+func (None) Sync(context.Context) error { return nil }

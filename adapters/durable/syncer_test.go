@@ -1,0 +1,270 @@
+package durable_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+
+	"github.com/taskhoster/taskhoster/adapters/durable"
+	"github.com/taskhoster/taskhoster/domain"
+)
+
+// gatedFlush is a flush that counts its calls and blocks each one until the
+// test releases it with the error it should return.
+type gatedFlush struct {
+	calls   atomic.Int32
+	release chan error
+}
+
+func newGatedFlush() *gatedFlush { return &gatedFlush{release: make(chan error)} }
+
+func (g *gatedFlush) flush() error {
+	g.calls.Add(1)
+	return <-g.release
+}
+
+// goSync calls s.Sync in a goroutine and returns where its result will land.
+func goSync(ctx context.Context, s *durable.Syncer) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- s.Sync(ctx) }()
+	return done
+}
+
+func assertWaiting(tb testing.TB, name string, done <-chan error) {
+	tb.Helper()
+	select {
+	case err := <-done:
+		tb.Fatalf("%s returned (%v) before its flush finished", name, err)
+	default:
+	}
+}
+
+func assertReturned(tb testing.TB, name string, done <-chan error) error {
+	tb.Helper()
+	select {
+	case err := <-done:
+		return err
+	default:
+		tb.Fatalf("%s still waiting after its flush finished", name)
+		return nil
+	}
+}
+
+func assertCalls(tb testing.TB, g *gatedFlush, want int32) {
+	tb.Helper()
+	if got := g.calls.Load(); got != want {
+		tb.Fatalf("%d flushes, want %d", got, want)
+	}
+}
+
+// Everything below runs in a synctest bubble: synctest.Wait returns once
+// every goroutine is blocked, which is how the tests know a caller has
+// joined its batch, without sleeping.
+
+func TestCallerArrivingMidFlushWaitsForTheNext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGatedFlush()
+		s := durable.NewFunc(g.flush)
+		ctx := context.Background()
+
+		first := goSync(ctx, s)
+		synctest.Wait()
+		assertCalls(t, g, 1) // flush 1 runs, holding the first caller
+
+		second := goSync(ctx, s)
+		synctest.Wait()
+		assertWaiting(t, "second caller", second)
+
+		g.release <- nil // flush 1 ends: it began before the second call
+		synctest.Wait()
+		if err := assertReturned(t, "first caller", first); err != nil {
+			t.Fatalf("first sync: %v", err)
+		}
+		assertWaiting(t, "second caller", second)
+		assertCalls(t, g, 2)
+
+		g.release <- nil
+		synctest.Wait()
+		if err := assertReturned(t, "second caller", second); err != nil {
+			t.Fatalf("second sync: %v", err)
+		}
+		assertCalls(t, g, 2)
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestConcurrentCallersShareOneFlush(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const callers = 50
+		g := newGatedFlush()
+		s := durable.NewFunc(g.flush)
+		ctx := context.Background()
+
+		first := goSync(ctx, s)
+		synctest.Wait()
+		var waiting []<-chan error
+		for range callers {
+			waiting = append(waiting, goSync(ctx, s))
+		}
+		synctest.Wait()
+
+		g.release <- nil
+		synctest.Wait()
+		if err := assertReturned(t, "first caller", first); err != nil {
+			t.Fatal(err)
+		}
+		g.release <- nil // one flush for all fifty
+		synctest.Wait()
+		for _, done := range waiting {
+			if err := assertReturned(t, "caller", done); err != nil {
+				t.Fatal(err)
+			}
+		}
+		assertCalls(t, g, 2)
+
+		// With nobody waiting the loop has stopped: a later caller
+		// starts a flush of its own at once.
+		later := goSync(ctx, s)
+		synctest.Wait()
+		assertCalls(t, g, 3)
+		g.release <- nil
+		synctest.Wait()
+		if err := assertReturned(t, "later caller", later); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestFlushErrorReachesEveryCallerOfItsBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGatedFlush()
+		s := durable.NewFunc(g.flush)
+		ctx := context.Background()
+		cause := errors.New("EIO from the disc")
+
+		first := goSync(ctx, s)
+		synctest.Wait()
+		batch := []<-chan error{goSync(ctx, s), goSync(ctx, s), goSync(ctx, s)}
+		synctest.Wait()
+
+		g.release <- nil
+		synctest.Wait()
+		if err := assertReturned(t, "first caller", first); err != nil {
+			t.Fatalf("first sync: %v", err)
+		}
+		g.release <- cause
+		synctest.Wait()
+		for _, done := range batch {
+			err := assertReturned(t, "caller", done)
+			var derr *domain.Error
+			if !errors.As(err, &derr) || derr.Kind != domain.KindUnavailable || derr.Code != "storage_unavailable" {
+				t.Errorf("sync = %v, want a storage_unavailable error", err)
+			}
+			if !errors.Is(err, cause) {
+				t.Errorf("sync = %v, does not wrap the flush's error", err)
+			}
+		}
+
+		// The failure belongs to that batch only.
+		next := goSync(ctx, s)
+		synctest.Wait()
+		g.release <- nil
+		synctest.Wait()
+		if err := assertReturned(t, "next caller", next); err != nil {
+			t.Errorf("sync after a failed flush: %v", err)
+		}
+	})
+}
+
+func TestCancelledCallerStopsWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGatedFlush()
+		s := durable.NewFunc(g.flush)
+
+		ctx, cancel := context.WithCancel(context.Background())
+		impatient := goSync(ctx, s)
+		synctest.Wait() // flush 1 runs for the impatient caller
+		patient := goSync(context.Background(), s)
+		synctest.Wait() // and the patient one waits for flush 2
+
+		cancel()
+		synctest.Wait()
+		if err := assertReturned(t, "cancelled caller", impatient); !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled sync = %v, want context.Canceled", err)
+		}
+		assertWaiting(t, "other caller", patient)
+
+		// The flushes themselves go on: the cancelled caller's, then
+		// the one the other caller waits for.
+		g.release <- nil
+		synctest.Wait()
+		assertWaiting(t, "other caller", patient)
+		g.release <- nil
+		synctest.Wait()
+		if err := assertReturned(t, "other caller", patient); err != nil {
+			t.Fatal(err)
+		}
+		assertCalls(t, g, 2)
+	})
+}
+
+func TestCloseWaitsForFlushAndRefusesLaterCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGatedFlush()
+		s := durable.NewFunc(g.flush)
+		pending := goSync(context.Background(), s)
+		synctest.Wait()
+
+		closed := make(chan error, 1)
+		go func() { closed <- s.Close() }()
+		synctest.Wait()
+		assertWaiting(t, "Close", closed)
+
+		g.release <- nil
+		synctest.Wait()
+		if err := assertReturned(t, "pending caller", pending); err != nil {
+			t.Fatal(err)
+		}
+		if err := assertReturned(t, "Close", closed); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Sync(context.Background()); domain.KindOf(err) != domain.KindUnavailable {
+			t.Errorf("sync after close = %v, want KindUnavailable", err)
+		}
+		assertCalls(t, g, 1)
+	})
+}
+
+// TestSyncfs flushes a real filesystem.
+func TestSyncfs(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	s, err := durable.New(a, b, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(a, "x.json"), []byte("{}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(context.Background()); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+
+	if _, err := durable.New(filepath.Join(a, "missing")); err == nil {
+		t.Error("New accepted a directory that does not exist")
+	}
+}
+
+func TestNone(t *testing.T) {
+	if err := (durable.None{}).Sync(context.Background()); err != nil {
+		t.Errorf("None.Sync = %v", err)
+	}
+}

@@ -1,0 +1,12 @@
+package fsstore_test
+
+import (
+	"testing"
+
+	"github.com/taskhoster/taskhoster/ports"
+	"github.com/taskhoster/taskhoster/tests/contract"
+)
+
+func TestContract(t *testing.T) {
+	contract.TestRepository(t, func(t *testing.T) ports.TaskRepository { return mustOpen(t, t.TempDir()) })
+}
