@@ -47,7 +47,7 @@ func statusOf(kind domain.Kind) int {
 func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var e *domain.Error
 	if !errors.As(err, &e) {
-		if errors.Is(err, context.Canceled) {
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 			return // the client went away; nobody is listening
 		}
 		e = &domain.Error{Kind: domain.KindInternal, Code: "internal", Message: "internal error"}
