@@ -31,7 +31,7 @@ func (s *Service) Post(ctx context.Context, q *ports.Queue, user string, item []
 			break
 		}
 		// 2^64 ids make a collision all but impossible; if one happens, draw again.
-		if domain.KindOf(err) != domain.KindConflict {
+		if !errors.Is(err, domain.ErrExists) {
 			return domain.Task{}, fmt.Errorf("post to %s/%s: %w", q.Host, q.Name, err)
 		}
 	}

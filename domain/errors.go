@@ -100,4 +100,7 @@ var (
 	ErrNotLeaseHolder = &Error{Kind: KindConflict, Code: "not_lease_holder", Message: "task is leased to another worker"}
 	// ErrNotFound: no such task.
 	ErrNotFound = &Error{Kind: KindNotFound, Code: "not_found", Message: "no such task"}
+	// ErrExists: a new task's id is already taken in its queue. Ids are drawn
+	// at random, so a post that meets it draws another.
+	ErrExists = &Error{Kind: KindConflict, Code: "task_exists", Message: "task already exists"}
 )

@@ -6,8 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 
+	"github.com/taskhoster/taskhoster/adapters/memstore"
 	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
 )
 
 // dirMode is for the state directories. Task records may carry private
@@ -24,35 +28,90 @@ func isTempName(name string) bool {
 	return strings.HasPrefix(name, ".") && strings.Contains(name, tempMarker)
 }
 
-// statePath is where a task with status st lives.
-func (q *queue) statePath(st domain.Status, id string) string {
-	return filepath.Join(q.path, st.Dir(), fileName(id))
+// files keeps one file per task in step with the index: it is the index's
+// memstore.Persister. The index calls it under the queue's lock, so calls for
+// one queue never overlap, but calls for different queues do.
+type files struct {
+	items string // the items folder
+	// ready holds the queues (ports.QueueRef) whose three state directories
+	// are known to exist, so that a write does not create (or stat) them
+	// again. Each queue is added once and then only read.
+	ready  sync.Map
+	closed atomic.Bool // the folder lock is released: write nothing more
 }
 
-// ensureDirs creates the queue's state directories the first time it is
-// written to. q.mu is held.
-func (q *queue) ensureDirs() error {
-	if q.dirsReady {
-		return nil
+var _ memstore.Persister = (*files)(nil)
+
+// queuePath is <items>/<host>/<queue>.
+func (f *files) queuePath(ref ports.QueueRef) string {
+	return filepath.Join(f.items, ref.Host, ref.Queue)
+}
+
+// path is where t lives: the state directory its status names.
+func (f *files) path(t domain.Task) string {
+	return filepath.Join(f.items, t.Host, t.Queue, t.Status.Dir(), fileName(t.ID))
+}
+
+// Put writes t's file. A move between states writes the destination and then
+// unlinks the source: a crash in between leaves two copies, and the start-up
+// scan keeps the one in the later state.
+func (f *files) Put(old *domain.Task, t domain.Task, data []byte) error {
+	if err := f.usable(); err != nil {
+		return err
 	}
-	for _, d := range domain.Dirs {
-		if err := os.MkdirAll(filepath.Join(q.path, d), dirMode); err != nil {
-			return unavailable("create state directory", err)
+	if err := f.write(t, data); err != nil {
+		return err
+	}
+	if old != nil && old.Status.Dir() != t.Status.Dir() {
+		if err := unlink(f.path(*old)); err != nil {
+			// Undo the write, so the disc keeps agreeing with the index.
+			_ = os.Remove(f.path(t))
+			return err
 		}
 	}
-	q.dirsReady = true
 	return nil
 }
 
-// write stores t as the file its status names: a temp file in the same
-// directory, then a rename over the destination, so a reader (or a restart)
-// sees the old record or the new one and never half of one. It does not
-// fsync; Syncer does, for many writes at once. q.mu is held.
-func (q *queue) write(t domain.Task, data []byte) error {
-	if err := q.ensureDirs(); err != nil {
+// Remove deletes t's file.
+func (f *files) Remove(t domain.Task) error {
+	if err := f.usable(); err != nil {
 		return err
 	}
-	dst := q.statePath(t.Status, t.ID)
+	return unlink(f.path(t))
+}
+
+// usable refuses writes once Close has let another process have the folder.
+func (f *files) usable() error {
+	if f.closed.Load() {
+		return domain.E(domain.KindUnavailable, "storage_unavailable", "task store is closed")
+	}
+	return nil
+}
+
+// ensureDirs creates the queue's state directories the first time it is
+// written to.
+func (f *files) ensureDirs(ref ports.QueueRef) error {
+	if _, ok := f.ready.Load(ref); ok {
+		return nil
+	}
+	for _, d := range domain.Dirs {
+		if err := os.MkdirAll(filepath.Join(f.queuePath(ref), d), dirMode); err != nil {
+			return unavailable("create state directory", err)
+		}
+	}
+	f.ready.Store(ref, true)
+	return nil
+}
+
+// write stores data as the file t's status names: a temp file in the same
+// directory, then a rename over the destination, so a reader (or a restart)
+// sees the old record or the new one and never half of one. It does not
+// fsync; Syncer does, for many writes at once.
+func (f *files) write(t domain.Task, data []byte) error {
+	if err := f.ensureDirs(ports.KeyOf(t).Ref()); err != nil {
+		return err
+	}
+	dst := f.path(t)
 	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+fileName(t.ID)+".tmp-*")
 	if err != nil {
 		return unavailable("create temp file", err)

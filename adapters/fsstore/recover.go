@@ -30,7 +30,6 @@ type Corrupt struct {
 
 // found is one candidate task file met by the scan.
 type found struct {
-	q    *queue
 	ref  ports.QueueRef
 	dir  string // the state directory it is in
 	id   string
@@ -41,28 +40,29 @@ type found struct {
 	readErr error // the file could not be read at all
 }
 
-// load rebuilds the index from the items folder and repairs what a crash
-// left behind. It is the only place that lists directories.
-func (s *Store) load() error {
+// load reads every task the items folder holds, for the index, and repairs
+// what a crash left behind. It is the only place that lists directories.
+func (s *Store) load() (map[ports.Key]domain.Task, error) {
 	files, err := s.scan()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	readAll(files)
+	tasks := make(map[ports.Key]domain.Task, len(files))
 	for i := range files {
 		f := &files[i]
 		if f.readErr != nil {
 			// Not a damaged record but a folder we cannot read: serving
 			// without these tasks would lose them, so refuse to start.
-			return fmt.Errorf("read task file: %w", f.readErr)
+			return nil, fmt.Errorf("read task file: %w", f.readErr)
 		}
 		if f.corrupt != nil {
 			s.quarantine(f)
 			continue
 		}
-		s.adopt(f)
+		s.adopt(tasks, f)
 	}
-	return nil
+	return tasks, nil
 }
 
 // scan lists every host, queue and state directory, removes leftover temp
@@ -70,7 +70,7 @@ func (s *Store) load() error {
 // queue, in lifecycle order (pending, processing, done). Names that are not
 // valid are left alone: they are not ours.
 func (s *Store) scan() ([]found, error) {
-	hosts, err := os.ReadDir(s.dir)
+	hosts, err := os.ReadDir(s.files.items)
 	if err != nil {
 		return nil, fmt.Errorf("list items folder: %w", err)
 	}
@@ -82,7 +82,7 @@ func (s *Store) scan() ([]found, error) {
 			}
 			continue
 		}
-		queues, err := os.ReadDir(filepath.Join(s.dir, h.Name()))
+		queues, err := os.ReadDir(filepath.Join(s.files.items, h.Name()))
 		if err != nil {
 			return nil, fmt.Errorf("list host folder: %w", err)
 		}
@@ -92,9 +92,7 @@ func (s *Store) scan() ([]found, error) {
 				continue
 			}
 			ref := ports.QueueRef{Host: h.Name(), Queue: qe.Name()}
-			q := newQueue(s.dir, ref)
-			s.queues[ref] = q
-			if files, err = s.scanQueue(q, ref, files); err != nil {
+			if files, err = s.scanQueue(ref, files); err != nil {
 				return nil, err
 			}
 		}
@@ -102,10 +100,10 @@ func (s *Store) scan() ([]found, error) {
 	return files, nil
 }
 
-func (s *Store) scanQueue(q *queue, ref ports.QueueRef, files []found) ([]found, error) {
+func (s *Store) scanQueue(ref ports.QueueRef, files []found) ([]found, error) {
 	ready := true
 	for _, d := range domain.Dirs {
-		dir := filepath.Join(q.path, d)
+		dir := filepath.Join(s.files.queuePath(ref), d)
 		entries, err := os.ReadDir(dir)
 		if errors.Is(err, fs.ErrNotExist) {
 			ready = false
@@ -132,10 +130,12 @@ func (s *Store) scanQueue(q *queue, ref ports.QueueRef, files []found) ([]found,
 				s.log.Warn("ignoring entry in state directory", zap.String("path", path))
 				continue
 			}
-			files = append(files, found{q: q, ref: ref, dir: d, id: id, path: path})
+			files = append(files, found{ref: ref, dir: d, id: id, path: path})
 		}
 	}
-	q.dirsReady = ready
+	if ready {
+		s.files.ready.Store(ref, true)
+	}
 	return files, nil
 }
 
@@ -183,15 +183,15 @@ func (f *found) read() {
 	}
 }
 
-// adopt puts a good record into the index. Files come in lifecycle order, so
+// adopt keeps a good record in tasks. Files come in lifecycle order, so
 // when the id is already there this copy is in a later state: a move writes
 // its destination before unlinking its source, so the later copy is the
 // newer one, and the earlier file is deleted. (Keeping the earlier copy
 // could let a finished task be claimed and finished again.)
-func (s *Store) adopt(f *found) {
-	q := f.q
-	if old, ok := q.tasks[f.id]; ok {
-		stale := q.statePath(old.Status, old.ID)
+func (s *Store) adopt(tasks map[ports.Key]domain.Task, f *found) {
+	k := ports.KeyOf(f.task)
+	if old, ok := tasks[k]; ok {
+		stale := s.files.path(old)
 		if err := os.Remove(stale); err != nil {
 			// Harmless: the next start-up makes the same choice again.
 			s.log.Error("cannot remove superseded task file", zap.String("path", stale), zap.Error(err))
@@ -199,10 +199,8 @@ func (s *Store) adopt(f *found) {
 			s.log.Info("removed superseded task file after an interrupted move",
 				zap.String("path", stale), zap.String("kept", f.path))
 		}
-		q.put(&old, f.task)
-		return
 	}
-	q.put(nil, f.task)
+	tasks[k] = f.task
 }
 
 // quarantine moves an unusable file to <queue>/corrupt/ and records it. If
@@ -210,7 +208,7 @@ func (s *Store) adopt(f *found) {
 // reported (again at the next start-up).
 func (s *Store) quarantine(f *found) {
 	c := Corrupt{Host: f.ref.Host, Queue: f.ref.Queue, ID: f.id, Path: f.path, Err: f.corrupt}
-	if dst, err := moveNoReplace(f.path, filepath.Join(f.q.path, "corrupt"), filepath.Base(f.path)); err != nil {
+	if dst, err := moveNoReplace(f.path, filepath.Join(s.files.queuePath(f.ref), "corrupt"), filepath.Base(f.path)); err != nil {
 		s.log.Error("cannot move corrupt task file", zap.String("path", f.path), zap.Error(err))
 	} else {
 		c.Path = dst

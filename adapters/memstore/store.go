@@ -1,14 +1,20 @@
-// Package memstore is a ports.TaskRepository held entirely in memory: the
-// reference the file store is measured against (both pass tests/contract),
-// and a fast repository for tests of app and the API adapters.
+// Package memstore is the in-memory task index, kept per queue: every record
+// by id, each state directory in claim order, and what past claim queries
+// said about each item.
+//
+// On its own a Store is a ports.TaskRepository that forgets everything at
+// exit: the reference for tests/contract and a fast repository for tests of
+// app and the API adapters. Given a Persister it is the index of a durable
+// store (fsstore): the index decides every change under its queue's lock, and
+// the Persister makes the change durable before the index shows it. Both kinds
+// are this one implementation, so they cannot drift apart.
 package memstore
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
-
-	"github.com/google/btree"
 
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
@@ -16,64 +22,69 @@ import (
 
 var _ ports.TaskRepository = (*Store)(nil)
 
+// Persister makes changes to the index outlast the process. The store calls
+// it under the queue's lock, once a change has been vetted and before the
+// index shows it; if it fails, the index stays as it was and the store
+// returns its error unchanged. Calls for one queue never overlap; calls for
+// different queues may.
+type Persister interface {
+	// Put stores t, whose stored form is data (domain.EncodeTask(t), already
+	// checked to read back as t). old is the record t replaces, nil for a new
+	// task; its status may name another state directory than t's.
+	Put(old *domain.Task, t domain.Task, data []byte) error
+	// Remove forgets t for good.
+	Remove(t domain.Task) error
+}
+
+// memoryOnly is the Persister of a Store that keeps nothing beyond the index.
+type memoryOnly struct{}
+
+func (memoryOnly) Put(*domain.Task, domain.Task, []byte) error { return nil }
+func (memoryOnly) Remove(domain.Task) error                    { return nil }
+
 // Store keeps every task in a per-queue index. Each queue has its own lock,
 // so work on one queue never waits for another.
 type Store struct {
+	persist Persister
+
 	mu     sync.RWMutex // guards queues, not what is in them
 	queues map[ports.QueueRef]*queue
 }
 
+// Option configures New.
+type Option func(*Store)
+
+// WithPersister makes every change durable through p before the index shows
+// it (default: changes live in memory only).
+func WithPersister(p Persister) Option {
+	return func(s *Store) { s.persist = p }
+}
+
 // New returns an empty store.
-func New() *Store {
-	return &Store{queues: make(map[ports.QueueRef]*queue)}
-}
-
-// queue indexes one queue's tasks: every record by id, and each state
-// directory as a tree ordered by (postedAt, id), which is claim order.
-type queue struct {
-	mu    sync.Mutex
-	tasks map[string]domain.Task
-	dirs  map[string]*btree.BTreeG[order]
-}
-
-// order is a task's place in its state directory's tree.
-type order struct {
-	postedAt int64
-	id       string
-}
-
-func orderOf(t domain.Task) order { return order{postedAt: t.PostedAt, id: t.ID} }
-
-func lessOrder(a, b order) bool {
-	if a.postedAt != b.postedAt {
-		return a.postedAt < b.postedAt
+func New(opts ...Option) *Store {
+	s := &Store{persist: memoryOnly{}, queues: make(map[ports.QueueRef]*queue)}
+	for _, o := range opts {
+		o(s)
 	}
-	return a.id < b.id
+	return s
 }
 
-func newQueue() *queue {
-	q := &queue{tasks: make(map[string]domain.Task), dirs: make(map[string]*btree.BTreeG[order])}
-	for _, d := range domain.Dirs {
-		q.dirs[d] = btree.NewG(32, lessOrder)
+// Load puts t into the index as it is, replacing any record with its key,
+// without vetting or persisting it. It is for the owner of a Persister
+// filling the index, before first use, with what was stored earlier.
+func (s *Store) Load(t domain.Task) {
+	q := s.lookup(ports.KeyOf(t).Ref(), true)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if old, ok := q.tasks[t.ID]; ok {
+		q.put(&old, t)
+		return
 	}
-	return q
+	q.put(nil, t)
 }
 
-// put records t in the index, replacing old (if it existed) wherever it was.
-func (q *queue) put(old *domain.Task, t domain.Task) {
-	if old != nil {
-		q.dirs[old.Status.Dir()].Delete(orderOf(*old))
-	}
-	q.tasks[t.ID] = t
-	q.dirs[t.Status.Dir()].ReplaceOrInsert(orderOf(t))
-}
-
-func (q *queue) remove(t domain.Task) {
-	delete(q.tasks, t.ID)
-	q.dirs[t.Status.Dir()].Delete(orderOf(t))
-}
-
-// lookup returns the queue of ref, creating it when create is set.
+// lookup returns the queue of ref, creating its index entry when create is
+// set.
 func (s *Store) lookup(ref ports.QueueRef, create bool) *queue {
 	s.mu.RLock()
 	q := s.queues[ref]
@@ -90,12 +101,14 @@ func (s *Store) lookup(ref ports.QueueRef, create bool) *queue {
 	return q
 }
 
-// Create stores a new task; the id must be free in its queue.
+// Create stores a new task. The host, queue and id must be valid names (a
+// durable store makes paths of them); the id must be free in its queue, or
+// Create fails with domain.ErrExists.
 func (s *Store) Create(ctx context.Context, t domain.Task) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("create task %s: %w", t.ID, err)
 	}
-	stored, err := checkNew(t)
+	stored, data, err := checkNew(t)
 	if err != nil {
 		return err
 	}
@@ -103,13 +116,16 @@ func (s *Store) Create(ctx context.Context, t domain.Task) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if _, taken := q.tasks[t.ID]; taken {
-		return domain.E(domain.KindConflict, "task_exists", "task %s already exists", t.ID)
+		return fmt.Errorf("create task %s: %w", t.ID, domain.ErrExists)
+	}
+	if err := s.persist.Put(nil, stored, data); err != nil {
+		return err
 	}
 	q.put(nil, stored)
 	return nil
 }
 
-// Get returns a copy of the task's current record.
+// Get returns a copy of the task's current record, from the index.
 func (s *Store) Get(ctx context.Context, k ports.Key) (domain.Task, error) {
 	q := s.lookup(k.Ref(), false)
 	if q == nil {
@@ -140,10 +156,11 @@ func (s *Store) Update(ctx context.Context, k ports.Key, fn func(*domain.Task) e
 	if !ok {
 		return domain.Task{}, domain.ErrNotFound
 	}
-	return q.apply(cur, fn)
+	return s.apply(q, cur, fn)
 }
 
 // ClaimNext applies fn to the oldest pending task of ref that m accepts.
+// The queue's mutex is what makes exactly one caller win each task.
 func (s *Store) ClaimNext(ctx context.Context, ref ports.QueueRef, m ports.Matcher, fn func(*domain.Task) error) (domain.Task, error) {
 	if err := ctx.Err(); err != nil {
 		return domain.Task{}, fmt.Errorf("claim in %s/%s: %w", ref.Host, ref.Queue, err)
@@ -154,36 +171,33 @@ func (s *Store) ClaimNext(ctx context.Context, ref ports.QueueRef, m ports.Match
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	var found *domain.Task
-	q.dirs[domain.Pending.Dir()].Ascend(func(o order) bool {
-		t := q.tasks[o.id]
-		if m == nil || m.Match(t.Item) {
-			found = &t
-			return false
-		}
-		return true
-	})
-	if found == nil {
+	cur, ok := q.firstMatch(m)
+	if !ok {
 		return domain.Task{}, domain.ErrNotFound
 	}
-	return q.apply(*found, fn)
+	return s.apply(q, cur, fn)
 }
 
-// apply is the read-modify-write of Update and ClaimNext; q.mu is held.
-func (q *queue) apply(cur domain.Task, fn func(*domain.Task) error) (domain.Task, error) {
+// apply is the read-modify-write of Update and ClaimNext; q.mu is held. The
+// change is persisted before the index takes it, so a failed write leaves
+// both as they were.
+func (s *Store) apply(q *queue, cur domain.Task, fn func(*domain.Task) error) (domain.Task, error) {
 	next := cur.Clone()
 	if err := fn(&next); err != nil {
 		return cur.Clone(), err
 	}
-	stored, err := checkUpdate(cur, next)
+	stored, data, err := checkUpdate(cur, next)
 	if err != nil {
+		return domain.Task{}, err
+	}
+	if err := s.persist.Put(&cur, stored, data); err != nil {
 		return domain.Task{}, err
 	}
 	q.put(&cur, stored)
 	return stored.Clone(), nil
 }
 
-// Delete removes a task.
+// Delete removes a task for good.
 func (s *Store) Delete(ctx context.Context, k ports.Key) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("delete task %s: %w", k.ID, err)
@@ -198,6 +212,9 @@ func (s *Store) Delete(ctx context.Context, k ports.Key) error {
 	if !ok {
 		return domain.ErrNotFound
 	}
+	if err := s.persist.Remove(t); err != nil {
+		return err
+	}
 	q.remove(t)
 	return nil
 }
@@ -205,7 +222,7 @@ func (s *Store) Delete(ctx context.Context, k ports.Key) error {
 // Each calls fn with a copy of each task in dir, ordered by (postedAt, id),
 // until fn returns false. The queue is locked meanwhile.
 func (s *Store) Each(ctx context.Context, ref ports.QueueRef, dir string, fn func(domain.Task) bool) error {
-	if !validDir(dir) {
+	if !slices.Contains(domain.Dirs, dir) {
 		return domain.E(domain.KindInvalid, "invalid_dir", "no state directory %q", dir)
 	}
 	q := s.lookup(ref, false)
@@ -235,53 +252,42 @@ func (s *Store) Counts(ref ports.QueueRef) ports.Counts {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return ports.Counts{
-		Pending:    q.dirs["pending"].Len(),
-		Processing: q.dirs["processing"].Len(),
-		Done:       q.dirs["done"].Len(),
-	}
+	return q.counts()
 }
 
-func validDir(dir string) bool {
-	for _, d := range domain.Dirs {
-		if d == dir {
-			return true
-		}
-	}
-	return false
-}
-
-// checkNew vets a task for Create and returns the record to keep. The names
-// are held to the same rules as the file store's paths, and the record must
-// survive a round trip through its stored form, so that this fake accepts
-// exactly what the file store accepts and keeps exactly what it would
-// read back after a restart.
-func checkNew(t domain.Task) (domain.Task, error) {
+// checkNew vets a task for Create and returns the record to keep with its
+// stored form. The names become path elements in a durable store, so they
+// must be valid; the record must read back from its stored form, or the next
+// start-up would call it corrupt. The index keeps the decoded copy: exactly
+// what a restart would load, with or without a Persister.
+func checkNew(t domain.Task) (domain.Task, []byte, error) {
 	switch {
 	case !domain.ValidHost(t.Host):
-		return domain.Task{}, domain.E(domain.KindInvalid, "invalid_task", "bad host name %q", t.Host)
+		return domain.Task{}, nil, domain.E(domain.KindInvalid, "invalid_task", "bad host name %q", t.Host)
 	case !domain.ValidName(t.Queue):
-		return domain.Task{}, domain.E(domain.KindInvalid, "invalid_task", "bad queue name %q", t.Queue)
+		return domain.Task{}, nil, domain.E(domain.KindInvalid, "invalid_task", "bad queue name %q", t.Queue)
 	case !domain.ValidID(t.ID):
-		return domain.Task{}, domain.E(domain.KindInvalid, "invalid_task", "bad task id %q", t.ID)
+		return domain.Task{}, nil, domain.E(domain.KindInvalid, "invalid_task", "bad task id %q", t.ID)
 	}
-	stored, err := domain.DecodeTask(domain.EncodeTask(t))
+	data := domain.EncodeTask(t)
+	stored, err := domain.DecodeTask(data)
 	if err != nil {
-		return domain.Task{}, &domain.Error{Kind: domain.KindInvalid, Code: "invalid_task", Message: "record does not hold together", Err: err}
+		return domain.Task{}, nil, &domain.Error{Kind: domain.KindInvalid, Code: "invalid_task", Message: "record does not hold together", Err: err}
 	}
-	return stored, nil
+	return stored, data, nil
 }
 
-// checkUpdate vets what an update's fn left: the same task, still a record
-// that reads back from its stored form.
-func checkUpdate(cur, next domain.Task) (domain.Task, error) {
+// checkUpdate vets what an update's fn left: the same task (so the same
+// queue and file name), still a record that reads back from its stored form.
+func checkUpdate(cur, next domain.Task) (domain.Task, []byte, error) {
 	if ports.KeyOf(next) != ports.KeyOf(cur) {
-		return domain.Task{}, domain.E(domain.KindInternal, "identity_changed",
+		return domain.Task{}, nil, domain.E(domain.KindInternal, "identity_changed",
 			"update changed task %s/%s/%s into %s/%s/%s", cur.Host, cur.Queue, cur.ID, next.Host, next.Queue, next.ID)
 	}
-	stored, err := domain.DecodeTask(domain.EncodeTask(next))
+	data := domain.EncodeTask(next)
+	stored, err := domain.DecodeTask(data)
 	if err != nil {
-		return domain.Task{}, &domain.Error{Kind: domain.KindInternal, Code: "invalid_task", Message: "update left a record that does not hold together", Err: err}
+		return domain.Task{}, nil, &domain.Error{Kind: domain.KindInternal, Code: "invalid_task", Message: "update left a record that does not hold together", Err: err}
 	}
-	return stored, nil
+	return stored, data, nil
 }

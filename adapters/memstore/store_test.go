@@ -1,13 +1,114 @@
 package memstore_test
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/taskhoster/taskhoster/adapters/memstore"
+	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
 	"github.com/taskhoster/taskhoster/tests/contract"
 )
 
 func TestContract(t *testing.T) {
 	contract.TestRepository(t, func(t *testing.T) ports.TaskRepository { return memstore.New() })
+}
+
+// recorder is a Persister that notes each call and fails while err is set.
+type recorder struct {
+	calls []string
+	err   error
+}
+
+var _ memstore.Persister = (*recorder)(nil)
+
+func (r *recorder) Put(old *domain.Task, t domain.Task, data []byte) error {
+	from := "new"
+	if old != nil {
+		from = string(old.Status)
+	}
+	if !cmp.Equal(data, domain.EncodeTask(t)) {
+		r.calls = append(r.calls, "put with data that is not t's stored form")
+	}
+	r.calls = append(r.calls, fmt.Sprintf("put %s %s->%s", t.ID, from, t.Status))
+	return r.err
+}
+
+func (r *recorder) Remove(t domain.Task) error {
+	r.calls = append(r.calls, fmt.Sprintf("remove %s %s", t.ID, t.Status))
+	return r.err
+}
+
+// TestPersister checks that every change reaches the Persister first, and
+// that one it refuses leaves the index as it was.
+func TestPersister(t *testing.T) {
+	ctx := context.Background()
+	p := &recorder{}
+	s := memstore.New(memstore.WithPersister(p))
+	now := time.UnixMilli(1751500000000)
+	posted, _ := domain.Post("a000000000000001", "task.example.com", "resize", json.RawMessage(`{}`), "alice", now)
+	k := ports.KeyOf(posted)
+	claim := func(t *domain.Task) error {
+		next, _, err := t.Claim("box-1", time.Minute, now)
+		*t = next
+		return err
+	}
+	refuse := func(op string, err error) {
+		t.Helper()
+		if !errors.Is(err, p.err) {
+			t.Errorf("%s = %v, want the Persister's error", op, err)
+		}
+	}
+
+	p.err = errors.New("disc full")
+	refuse("create", s.Create(ctx, posted))
+	if _, err := s.Get(ctx, k); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("a refused create left the task in the index: %v", err)
+	}
+	p.err = nil
+	if err := s.Create(ctx, posted); err != nil {
+		t.Fatal(err)
+	}
+
+	p.err = errors.New("disc full")
+	_, err := s.Update(ctx, k, claim)
+	refuse("update", err)
+	refuse("delete", s.Delete(ctx, k))
+	if got, _ := s.Get(ctx, k); !cmp.Equal(posted, got) {
+		t.Errorf("refused changes changed the index: %s", cmp.Diff(posted, got))
+	}
+	if got := s.Counts(k.Ref()); got != (ports.Counts{Pending: 1}) {
+		t.Errorf("counts = %+v after refused changes", got)
+	}
+	p.err = nil
+	if _, err := s.Update(ctx, k, claim); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+
+	// Load fills the index without writing what is already stored.
+	s.Load(posted)
+	if got, err := s.Get(ctx, k); err != nil || !cmp.Equal(posted, got) {
+		t.Errorf("get after load = %+v, %v", got, err)
+	}
+
+	want := []string{
+		"put a000000000000001 new->pending",
+		"put a000000000000001 new->pending",
+		"put a000000000000001 pending->processing",
+		"remove a000000000000001 pending",
+		"put a000000000000001 pending->processing",
+		"remove a000000000000001 processing",
+	}
+	if d := cmp.Diff(want, p.calls); d != "" {
+		t.Errorf("Persister calls (-want +got):\n%s", d)
+	}
 }

@@ -143,16 +143,17 @@ func testCreateGet(t *testing.T, r ports.TaskRepository) {
 func testCreateDuplicate(t *testing.T, r ports.TaskRepository) {
 	first := mustPost(t, r, 1, 0, `{"n":1}`)
 	dup, _ := domain.Post(ID(1), Host, Queue, json.RawMessage(`{"n":2}`), "bob", at(5))
-	if err := r.Create(context.Background(), dup); err == nil {
-		t.Fatal("second create with the same id succeeded")
+	// app.Post draws a new id on exactly this error.
+	if err := r.Create(context.Background(), dup); !errors.Is(err, domain.ErrExists) {
+		t.Fatalf("second create with the same id = %v, want ErrExists", err)
 	}
 	// The first record stands, also once it has moved on from pending.
 	if diff := cmp.Diff(first, mustGet(t, r, key(1))); diff != "" {
 		t.Errorf("record after duplicate create (-want +got):\n%s", diff)
 	}
 	mustClaim(t, r, nil, "box-1", at(1))
-	if err := r.Create(context.Background(), dup); err == nil {
-		t.Fatal("create with the id of a processing task succeeded")
+	if err := r.Create(context.Background(), dup); !errors.Is(err, domain.ErrExists) {
+		t.Fatalf("create with the id of a processing task = %v, want ErrExists", err)
 	}
 	assertCounts(t, r, ports.Counts{Processing: 1})
 }

@@ -1,7 +1,6 @@
-package fsstore
+package memstore
 
 import (
-	"path/filepath"
 	"sync"
 
 	"github.com/google/btree"
@@ -10,16 +9,12 @@ import (
 	"github.com/taskhoster/taskhoster/ports"
 )
 
-// queue is one queue's folder and its in-memory index. Its mutex serialises
-// every change to the queue, which is what makes a claim or a result one
-// atomic step: the index, not the filesystem, decides who wins.
+// queue is one queue's index. Its mutex serialises every change to the
+// queue, which is what makes a claim or a result one atomic step: the index,
+// not the filesystem, decides who wins, and a Persister's files follow it.
 type queue struct {
-	mu   sync.Mutex
-	path string // <items>/<host>/<queue>
-	// dirsReady is set once the three state directories are known to exist,
-	// so that a write does not have to create (or stat) them again.
-	dirsReady bool
-	tasks     map[string]domain.Task
+	mu    sync.Mutex
+	tasks map[string]domain.Task
 	// dirs holds each state directory's tasks ordered by (postedAt, id),
 	// which for pending is claim order.
 	dirs map[string]*btree.BTreeG[order]
@@ -48,9 +43,8 @@ func lessOrder(a, b order) bool {
 	return a.id < b.id
 }
 
-func newQueue(items string, ref ports.QueueRef) *queue {
+func newQueue() *queue {
 	q := &queue{
-		path:     filepath.Join(items, ref.Host, ref.Queue),
 		tasks:    make(map[string]domain.Task),
 		dirs:     make(map[string]*btree.BTreeG[order], len(domain.Dirs)),
 		verdicts: make(map[string]map[string]bool),
@@ -70,6 +64,8 @@ func (q *queue) put(old *domain.Task, t domain.Task) {
 	q.dirs[t.Status.Dir()].ReplaceOrInsert(orderOf(t))
 }
 
+// remove forgets t, and what every query said about it: the id may come
+// back with another item.
 func (q *queue) remove(t domain.Task) {
 	delete(q.tasks, t.ID)
 	q.dirs[t.Status.Dir()].Delete(orderOf(t))
@@ -96,7 +92,8 @@ func (q *queue) firstMatch(m ports.Matcher) (domain.Task, bool) {
 	return found, ok
 }
 
-// matcher wraps m with the verdict cache.
+// matcher wraps m with the verdict cache. A matcher without a key cannot
+// say which others agree with it, so its verdicts are not kept.
 func (q *queue) matcher(m ports.Matcher) func(domain.Task) bool {
 	if m == nil {
 		return func(domain.Task) bool { return true }
