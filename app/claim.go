@@ -52,6 +52,7 @@ func (s *Service) Claim(ctx context.Context, q *ports.Queue, worker string, quer
 }
 
 func (s *Service) claimNow(ctx context.Context, q *ports.Queue, worker string, m ports.Matcher) (domain.Task, error) {
+	defer s.order.lock(q.Ref())()
 	var ev domain.Event
 	t, err := s.repo.ClaimNext(ctx, q.Ref(), m, func(t *domain.Task) error {
 		var err error

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math/rand/v2"
+	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -24,11 +27,19 @@ type recordingLog struct {
 	mu     sync.Mutex
 	events []domain.Event
 	fail   error
+	// yield makes Append give up the processor first, widening the window
+	// in which a concurrent transition could overtake this one.
+	yield bool
 }
 
 var _ ports.EventLog = (*recordingLog)(nil)
 
 func (l *recordingLog) Append(_ context.Context, ev domain.Event, _ bool) error {
+	if l.yield {
+		for range rand.IntN(50) {
+			runtime.Gosched()
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.fail != nil {
@@ -367,5 +378,33 @@ func TestLogFailureIsNotAcknowledged(t *testing.T) {
 	}
 	if n := f.repo.Counts(f.q.Ref()); n != (ports.Counts{}) {
 		t.Errorf("unacknowledged post left a task: %+v", n)
+	}
+}
+
+// TestEventsInStoreOrder: concurrent transitions of one task reach the log
+// in the order they were stored, so the last logged progress is the stored one.
+func TestEventsInStoreOrder(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	ctx := context.Background()
+	task := f.post(t, `{"url":"a"}`)
+	f.claim(t, "w")
+	f.log.yield = true
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := f.svc.Progress(ctx, f.q, task.ID, "w", []byte(strconv.Itoa(i))); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	stored, _ := f.svc.Get(ctx, f.q, task.ID)
+	f.log.mu.Lock()
+	last := f.log.events[len(f.log.events)-1]
+	f.log.mu.Unlock()
+	if string(last.Task.Progress) != string(stored.Progress) {
+		t.Errorf("last logged progress %s, stored %s", last.Task.Progress, stored.Progress)
 	}
 }

@@ -90,19 +90,14 @@ func (s *Service) sweepQueue(ctx context.Context, q *ports.Queue) error {
 // repository's lock that it is still due: a result may have landed since
 // the scan.
 func (s *Service) apply(ctx context.Context, q *ports.Queue, id string, due domain.Due) error {
-	var ev domain.Event
-	_, err := s.repo.Update(ctx, key(q, id), func(t *domain.Task) error {
-		now := s.clock.Now()
-		if domain.DueAt(*t, q.Settings, now) != due {
-			return errNotDue
+	_, err := s.transition(ctx, q, id, func(t domain.Task, now time.Time) (domain.Task, domain.Event, error) {
+		switch {
+		case domain.DueAt(t, q.Settings, now) != due:
+			return t, domain.Event{}, errNotDue
+		case due == domain.DueTimeout:
+			return t.Timeout(now)
 		}
-		var err error
-		if due == domain.DueTimeout {
-			*t, ev, err = t.Timeout(now)
-		} else {
-			*t, ev, err = t.Requeue(domain.CauseLease, now)
-		}
-		return err
+		return t.Requeue(domain.CauseLease, now)
 	})
 	if errors.Is(err, errNotDue) || errors.Is(err, domain.ErrNotFound) || isStateConflict(err) {
 		return nil
@@ -110,10 +105,11 @@ func (s *Service) apply(ctx context.Context, q *ports.Queue, id string, due doma
 	if err != nil {
 		return fmt.Errorf("sweep %s: %w", id, err)
 	}
-	return s.record(ctx, q, ev)
+	return nil
 }
 
 func (s *Service) clean(ctx context.Context, q *ports.Queue, id string) error {
+	defer s.order.lock(q.Ref())()
 	t, err := s.repo.Get(ctx, key(q, id))
 	if errors.Is(err, domain.ErrNotFound) {
 		return nil
@@ -121,9 +117,9 @@ func (s *Service) clean(ctx context.Context, q *ports.Queue, id string) error {
 	if err != nil {
 		return err
 	}
+	// Under the queue's lock nothing changes the task between this check
+	// and the delete.
 	now := s.clock.Now()
-	// Terminal tasks change only by a first fetch, which never makes a due
-	// task undue, so the check and the delete need no lock between them.
 	if domain.DueAt(t, q.Settings, now) != domain.DueClean {
 		return nil
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
@@ -18,6 +19,7 @@ func (s *Service) Post(ctx context.Context, q *ports.Queue, user string, item []
 	if err != nil {
 		return domain.Task{}, err
 	}
+	defer s.order.lock(q.Ref())()
 	var t domain.Task
 	var ev domain.Event
 	for {
@@ -59,23 +61,18 @@ func (s *Service) Status(ctx context.Context, q *ports.Queue, id string) (domain
 }
 
 func (s *Service) fetch(ctx context.Context, q *ports.Queue, id string) (domain.View, error) {
-	var ev domain.Event
-	var fetched bool
-	t, err := s.repo.Update(ctx, key(q, id), func(t *domain.Task) error {
-		*t, ev, fetched = t.Fetch(s.clock.Now())
+	t, err := s.transition(ctx, q, id, func(t domain.Task, now time.Time) (domain.Task, domain.Event, error) {
+		t, ev, fetched := t.Fetch(now)
 		if !fetched {
-			return errAlreadyFetched
+			return t, ev, errAlreadyFetched
 		}
-		return nil
+		return t, ev, nil
 	})
 	switch {
 	case errors.Is(err, errAlreadyFetched):
 		return t.View(), nil // a concurrent read got there first
 	case err != nil:
 		return domain.View{}, fmt.Errorf("status %s: %w", id, err)
-	}
-	if err := s.record(ctx, q, ev); err != nil {
-		return domain.View{}, err
 	}
 	return t.View(), nil
 }
@@ -97,20 +94,14 @@ func (s *Service) Progress(ctx context.Context, q *ports.Queue, id, worker strin
 	if err != nil {
 		return Outcome{}, err
 	}
-	var ev domain.Event
-	t, err := s.repo.Update(ctx, key(q, id), func(t *domain.Task) error {
-		var err error
-		*t, ev, err = t.ReportProgress(worker, progress, q.Settings.Lease(), s.clock.Now())
-		return err
+	t, err := s.transition(ctx, q, id, func(t domain.Task, now time.Time) (domain.Task, domain.Event, error) {
+		return t.ReportProgress(worker, progress, q.Settings.Lease(), now)
 	})
 	if isStateConflict(err) {
 		return Outcome{Status: t.Status}, nil
 	}
 	if err != nil {
 		return Outcome{}, fmt.Errorf("progress %s: %w", id, err)
-	}
-	if err := s.record(ctx, q, ev); err != nil {
-		return Outcome{}, err
 	}
 	return Outcome{Accepted: true, Status: t.Status, Lease: t.Lease}, nil
 }
@@ -122,11 +113,8 @@ func (s *Service) Result(ctx context.Context, q *ports.Queue, id, worker string,
 	if err != nil {
 		return Outcome{}, err
 	}
-	var ev domain.Event
-	t, err := s.repo.Update(ctx, key(q, id), func(t *domain.Task) error {
-		var err error
-		*t, ev, err = t.Finish(worker, result, s.clock.Now())
-		return err
+	t, err := s.transition(ctx, q, id, func(t domain.Task, now time.Time) (domain.Task, domain.Event, error) {
+		return t.Finish(worker, result, now)
 	})
 	if isStateConflict(err) {
 		s.observer.ResultRefused(q.Ref())
@@ -134,9 +122,6 @@ func (s *Service) Result(ctx context.Context, q *ports.Queue, id, worker string,
 	}
 	if err != nil {
 		return Outcome{}, fmt.Errorf("result %s: %w", id, err)
-	}
-	if err := s.record(ctx, q, ev); err != nil {
-		return Outcome{}, err
 	}
 	if err := s.syncer.Sync(ctx); err != nil {
 		return Outcome{}, fmt.Errorf("result %s: %w", id, err)
@@ -149,14 +134,11 @@ func (s *Service) Result(ctx context.Context, q *ports.Queue, id, worker string,
 // calls it for every task it still holds; a task that was since re-queued
 // and claimed by someone else, or finished, is left alone.
 func (s *Service) Requeue(ctx context.Context, q *ports.Queue, id string, attempts int, cause string) (bool, error) {
-	var ev domain.Event
-	_, err := s.repo.Update(ctx, key(q, id), func(t *domain.Task) error {
+	_, err := s.transition(ctx, q, id, func(t domain.Task, now time.Time) (domain.Task, domain.Event, error) {
 		if t.Attempts != attempts {
-			return domain.ErrNotProcessing
+			return t, domain.Event{}, domain.ErrNotProcessing
 		}
-		var err error
-		*t, ev, err = t.Requeue(cause, s.clock.Now())
-		return err
+		return t.Requeue(cause, now)
 	})
 	if isStateConflict(err) || errors.Is(err, domain.ErrNotFound) {
 		return false, nil
@@ -164,7 +146,7 @@ func (s *Service) Requeue(ctx context.Context, q *ports.Queue, id string, attemp
 	if err != nil {
 		return false, fmt.Errorf("requeue %s: %w", id, err)
 	}
-	return true, s.record(ctx, q, ev)
+	return true, nil
 }
 
 func (s *Service) get(ctx context.Context, q *ports.Queue, id string) (domain.Task, error) {
@@ -218,3 +200,16 @@ func (s *Service) ReportCorrupt(ctx context.Context, host, queue, id string) err
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Follow reads a task and calls subscribe in one step with respect to every
+// transition of its queue, so a subscription taken in subscribe sees exactly
+// the changes that come after the task returned: none twice, none missed.
+func (s *Service) Follow(ctx context.Context, q *ports.Queue, id string, subscribe func()) (domain.Task, error) {
+	defer s.order.lock(q.Ref())()
+	t, err := s.get(ctx, q, id)
+	if err != nil {
+		return t, err
+	}
+	subscribe()
+	return t, nil
+}

@@ -28,6 +28,7 @@ import (
 	"github.com/taskhoster/taskhoster/adapters/metrics"
 	"github.com/taskhoster/taskhoster/adapters/notify"
 	"github.com/taskhoster/taskhoster/adapters/schema"
+	"github.com/taskhoster/taskhoster/adapters/wsapi"
 	"github.com/taskhoster/taskhoster/app"
 	"github.com/taskhoster/taskhoster/ports"
 )
@@ -44,6 +45,12 @@ type Config struct {
 	LogDays   int           // event log retention in days
 	// ShutdownGrace is how long requests in flight may take to finish.
 	ShutdownGrace time.Duration
+	// WSPing is how often every socket is pinged (default 15 s), and
+	// WSPeerTimeout how long a silent peer is kept (default twice WSPing).
+	// They are no serve flags: an operator has no reason to change them, and
+	// tests set WSPing through the environment variable TASKHOSTER_WS_PING
+	// (a Go duration such as "200ms"), read by Options.
+	WSPing, WSPeerTimeout time.Duration
 }
 
 // Validate checks the flags before anything is opened.
@@ -69,6 +76,9 @@ func Options(cfg Config, logger *zap.Logger) fx.Option {
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = 10 * time.Second
 	}
+	if err := socketTimings(&cfg); err != nil {
+		return fx.Error(err)
+	}
 	return fx.Options(
 		fx.Supply(cfg, logger),
 		fx.WithLogger(func(l *zap.Logger) fxevent.Logger {
@@ -77,7 +87,7 @@ func Options(cfg Config, logger *zap.Logger) fx.Option {
 		fx.StopTimeout(cfg.ShutdownGrace+20*time.Second),
 		ClockModule, StoreModule, SyncModule, EventLogModule, NotifyModule,
 		ConfigModule, SchemaModule, MetricsModule, ServiceModule, SweepModule,
-		HTTPModule, AdminModule,
+		WSModule, HTTPModule, AdminModule,
 	)
 }
 
@@ -245,10 +255,11 @@ type Ready struct{ atomic.Bool }
 // in flight finish for up to ShutdownGrace.
 var HTTPModule = fx.Module("httpapi",
 	fx.Provide(func() *Ready { return &Ready{} }),
-	fx.Provide(func(svc *app.Service, config ports.Config, m *metrics.Metrics, logger *zap.Logger) *httpapi.API {
+	fx.Provide(func(svc *app.Service, config ports.Config, m *metrics.Metrics, sockets httpapi.Sockets, logger *zap.Logger) *httpapi.API {
 		return httpapi.New(svc, config, httpapi.Options{
 			Logger:     logger,
 			Middleware: []func(http.Handler) http.Handler{httpapi.RequestLog(logger.Named("http")), m.Middleware},
+			Sockets:    sockets,
 		})
 	}),
 	fx.Invoke(func(lc fx.Lifecycle, cfg Config, api *httpapi.API, svc *app.Service, ready *Ready, logger *zap.Logger) {
@@ -276,6 +287,47 @@ var HTTPModule = fx.Module("httpapi",
 		})
 	}),
 )
+
+// WSModule serves the worker and watch sockets. Its stop hook says goodbye
+// (1001) to every open socket and waits until each worker socket has put its
+// tasks back to pending. fx stops hooks in reverse start order, and this one
+// is registered after the store, the event log and the service (which the
+// sockets are built on) and before the API's (which routes to them): so it
+// runs once the listener no longer accepts, and before the event log is
+// flushed and the store closes.
+var WSModule = fx.Module("wsapi",
+	fx.Provide(func(lc fx.Lifecycle, cfg Config, svc *app.Service, hub *notify.Hub, logger *zap.Logger) httpapi.Sockets {
+		s := wsapi.New(svc, hub, wsapi.Options{
+			Logger:       logger.Named("ws"),
+			PingInterval: cfg.WSPing,
+			PeerTimeout:  cfg.WSPeerTimeout,
+		})
+		lc.Append(fx.StopHook(s.Close))
+		return s
+	}),
+)
+
+// socketTimings fills in the socket keep-alive timings: WSPing from
+// TASKHOSTER_WS_PING when it is not set, WSPeerTimeout as twice WSPing.
+func socketTimings(cfg *Config) error {
+	if v, ok := os.LookupEnv("TASKHOSTER_WS_PING"); ok && cfg.WSPing == 0 {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("TASKHOSTER_WS_PING=%q: %w", v, err)
+		}
+		if d <= 0 {
+			return fmt.Errorf("TASKHOSTER_WS_PING=%q: want a positive duration such as 15s", v)
+		}
+		cfg.WSPing = d
+	}
+	if cfg.WSPing == 0 {
+		cfg.WSPing = wsapi.DefaultPingInterval
+	}
+	if cfg.WSPeerTimeout == 0 {
+		cfg.WSPeerTimeout = 2 * cfg.WSPing
+	}
+	return nil
+}
 
 // AdminModule serves /metrics, /healthz and /readyz on the admin listener.
 var AdminModule = fx.Module("admin",

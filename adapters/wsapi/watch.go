@@ -1,0 +1,145 @@
+package wsapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/gorilla/websocket"
+	"go.uber.org/zap"
+
+	"github.com/taskhoster/taskhoster/adapters/notify"
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+// watchReadLimit bounds what a watcher may send: nothing is expected but
+// control frames.
+const watchReadLimit = 4 << 10
+
+// Watch serves the watch socket of task id of q (SPEC §3): the status view
+// at once, then a view on every change, and after a terminal view a close
+// with code 1000. httpapi has checked access and that the task exists.
+func (s *Sockets) Watch(w http.ResponseWriter, r *http.Request, q *ports.Queue, id string) {
+	if !s.enter() {
+		httpError(w, http.StatusServiceUnavailable, errShuttingDown)
+		return
+	}
+	defer s.live.Done()
+
+	// Read the task and subscribe in one step (app.Service.Follow): every
+	// event the subscription then gets is a change after the first view.
+	var sub *notify.Subscription
+	first, err := s.svc.Follow(r.Context(), q, id, func() {
+		sub = s.hub.Subscribe(ports.Key{Host: q.Host, Queue: q.Name, ID: id}, s.opts.WatchBuffer)
+	})
+	if err != nil {
+		if errors.Is(err, domain.ErrNotFound) {
+			httpError(w, http.StatusNotFound, domain.ErrNotFound)
+		} else {
+			s.logger.Error("watch: read the task", zap.Error(err))
+			httpError(w, http.StatusInternalServerError, errInternal)
+		}
+		return
+	}
+	defer sub.Close()
+
+	conn, err := s.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader has answered the request
+	}
+	conn.SetReadLimit(watchReadLimit)
+	wt := &watcher{
+		peer: newPeer(conn, s.opts, s.stop),
+		s:    s, q: q, id: id, sub: sub, first: first,
+		logger: s.logger.With(zap.String("host", q.Host), zap.String("queue", q.Name), zap.String("id", id)),
+	}
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		wt.read()
+	}()
+	wt.follow()
+	// Wait for the peer to answer our close frame (or to be dropped).
+	<-gone
+	wt.finish()
+}
+
+// watcher is one watch socket.
+type watcher struct {
+	*peer
+	s      *Sockets
+	q      *ports.Queue
+	id     string
+	sub    *notify.Subscription
+	first  domain.Task // the task when the subscription began
+	logger *zap.Logger
+}
+
+// read takes whatever the peer sends (only control frames matter: pongs
+// keep it alive, its close frame ends the watch) until the socket dies.
+func (wt *watcher) read() {
+	defer wt.cancel()
+	for {
+		if _, _, err := wt.conn.ReadMessage(); err != nil {
+			return
+		}
+		wt.alive()
+	}
+}
+
+// follow sends the views until the task is terminal or gone, the watcher
+// falls behind, or the socket dies.
+func (wt *watcher) follow() {
+	if wt.first.Status.Terminal() {
+		wt.final(wt.first)
+		return
+	}
+	if !wt.sendBytes(encodeView(wt.first.View())) {
+		return
+	}
+	for {
+		select {
+		case <-wt.ctx.Done():
+			return
+		case ev, ok := <-wt.sub.C():
+			if !ok {
+				// Cut off for falling behind: closing tells the watcher to
+				// come back for a fresh view, where skipping would show a gap.
+				wt.close(websocket.CloseTryAgainLater, "watcher fell behind; watch again")
+				return
+			}
+			switch {
+			case ev.Kind == domain.EventCleaned:
+				wt.close(websocket.CloseNormalClosure, "task cleaned")
+				return
+			case ev.Kind == domain.EventFetched:
+				continue // a fetch changes nothing a producer sees
+			case ev.Task.Status.Terminal():
+				wt.final(ev.Task)
+				return
+			}
+			if !wt.sendBytes(encodeView(ev.Task.View())) {
+				return
+			}
+		}
+	}
+}
+
+// final sends the terminal view and closes with 1000. The view is read with
+// Status, which makes this view count as the task's fetch (stamped once,
+// however many watchers and readers see it).
+func (wt *watcher) final(t domain.Task) {
+	view, err := wt.s.svc.Status(context.WithoutCancel(wt.ctx), wt.q, wt.id)
+	if err != nil {
+		if !errors.Is(err, domain.ErrNotFound) {
+			wt.logger.Error("watch: fetch the terminal view", zap.Error(err))
+		}
+		view = t.View() // cleaned already (or unreadable): the snapshot is the same view
+	}
+	if wt.sendBytes(encodeView(view)) {
+		wt.close(websocket.CloseNormalClosure, "task is "+string(view.Status))
+	}
+}
+
+func encodeView(v domain.View) []byte { return encode(v) }

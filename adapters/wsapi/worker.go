@@ -1,0 +1,375 @@
+package wsapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/taskhoster/taskhoster/app"
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+// envelopeSlack is what one socket message may hold beyond the queue's
+// payload limit: type, ref, id and the JSON around them (as over HTTP).
+const envelopeSlack = 64 << 10
+
+// maxWorkerName bounds the worker name, as over HTTP.
+const maxWorkerName = 200
+
+// maxReports bounds the progress and result messages of one socket being
+// applied at once; beyond it the socket is not read until one is done.
+const maxReports = 256
+
+// Work serves the worker socket of q (SPEC §4) for user ("" if anonymous),
+// who has the work right. It returns when the socket has closed and every
+// task it still held is pending again.
+func (s *Sockets) Work(w http.ResponseWriter, r *http.Request, q *ports.Queue, user string) {
+	name, bad := workerName(r, user)
+	if bad != nil {
+		httpError(w, http.StatusBadRequest, bad)
+		return
+	}
+	if !s.enter() {
+		httpError(w, http.StatusServiceUnavailable, errShuttingDown)
+		return
+	}
+	defer s.live.Done()
+	conn, err := s.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader has answered the request
+	}
+	conn.SetReadLimit(q.Settings.MaxItemBytes + envelopeSlack)
+	wk := &worker{
+		peer: newPeer(conn, s.opts, s.stop),
+		s:    s, q: q, name: name,
+		logger: s.logger.With(zap.String("host", q.Host), zap.String("queue", q.Name), zap.String("worker", name)),
+		slots:  make(chan struct{}, maxReports),
+		held:   make(map[string]int),
+	}
+	wk.read()
+	wk.release()
+}
+
+// workerName is the ?worker= of the upgrade request, by default the user's
+// name, else "anonymous".
+func workerName(r *http.Request, user string) (string, *domain.Error) {
+	query := r.URL.Query()
+	switch name := query.Get("worker"); {
+	case !query.Has("worker") && user != "":
+		return user, nil
+	case !query.Has("worker"):
+		return "anonymous", nil
+	case name == "" || len(name) > maxWorkerName:
+		return "", domain.E(domain.KindInvalid, "invalid_request", "worker must be 1 to %d characters", maxWorkerName)
+	default:
+		return name, nil
+	}
+}
+
+// worker is one worker socket.
+type worker struct {
+	*peer
+	s      *Sockets
+	q      *ports.Queue
+	name   string
+	logger *zap.Logger
+
+	claims sync.WaitGroup // one per outstanding claim goroutine
+	lanes  lanes          // progress and result messages being applied
+	slots  chan struct{}  // bounds the messages being applied at once
+
+	mu      sync.Mutex
+	waiting int            // outstanding claims
+	held    map[string]int // task id → attempt number of the claim that handed it out here
+}
+
+// message is anything a worker sends. Fields keep their raw JSON so that
+// "absent" and "null" stay apart, as over HTTP.
+type message struct {
+	Type     string          `json:"type"`
+	Ref      json.RawMessage `json:"ref"`
+	ID       string          `json:"id"`
+	Query    json.RawMessage `json:"query"`
+	Progress json.RawMessage `json:"progress"`
+	Result   json.RawMessage `json:"result"`
+}
+
+// The replies. Ref is left out when the message had none.
+type (
+	taskReply struct {
+		Type     string          `json:"type"`
+		Ref      json.RawMessage `json:"ref,omitempty"`
+		ID       string          `json:"id"`
+		Item     json.RawMessage `json:"item"`
+		Attempts int             `json:"attempts"`
+		Lease    *domain.Lease   `json:"lease"`
+	}
+	ackReply struct {
+		Type     string          `json:"type"`
+		Ref      json.RawMessage `json:"ref,omitempty"`
+		Accepted bool            `json:"accepted"`
+		Status   domain.Status   `json:"status,omitempty"` // why not, when refused
+		Lease    *domain.Lease   `json:"lease,omitempty"`  // the extended lease, after progress
+	}
+	errorReply struct {
+		Type    string             `json:"type"`
+		Ref     json.RawMessage    `json:"ref,omitempty"`
+		Error   string             `json:"error"`
+		Message string             `json:"message"`
+		Details []domain.Violation `json:"details"`
+	}
+)
+
+// read handles the worker's messages in arrival order until the socket dies.
+// Claims and reports run in goroutines of their own, so a claim that waits
+// or a result that waits for its flush never holds up the next message.
+func (w *worker) read() {
+	for {
+		_, data, err := w.conn.ReadMessage()
+		if err != nil {
+			return // close frame, dropped connection, silence, or over the size limit (1009)
+		}
+		w.alive()
+		w.handle(data)
+	}
+}
+
+func (w *worker) handle(data []byte) {
+	var m message
+	if err := json.Unmarshal(data, &m); err != nil {
+		// A message of the wrong shape still yields its ref when it has one
+		// (Unmarshal fills what it can), so the error can be matched.
+		w.fail(m.Ref, domain.E(domain.KindInvalid, "invalid_json", "a message must be a JSON object of the expected shape: %v", err))
+		return
+	}
+	switch m.Type {
+	case "claim":
+		w.claim(m)
+	case "progress", "result":
+		w.report(m)
+	default:
+		w.fail(m.Ref, domain.E(domain.KindInvalid, "invalid_request", `unknown message type %q (claim, progress or result)`, m.Type))
+	}
+}
+
+// claim starts waiting for a task that matches the message's query.
+func (w *worker) claim(m message) {
+	// A bad query is answered at once, not when a task would have come.
+	if _, err := w.s.svc.CompileQuery(m.Query); err != nil {
+		w.fail(m.Ref, err)
+		return
+	}
+	w.mu.Lock()
+	if w.waiting >= MaxClaims {
+		w.mu.Unlock()
+		w.fail(m.Ref, domain.E(domain.KindInvalid, "too_many_claims", "at most %d claims may be outstanding on one socket", MaxClaims))
+		return
+	}
+	w.waiting++
+	w.mu.Unlock()
+	w.claims.Add(1)
+	go w.await(m.Ref, m.Query)
+}
+
+// await claims a task for one claim message, waiting as long as it takes.
+// It stops without taking a task once the socket is gone; a task it took
+// just as the socket died is held like any other, and so re-queued by release.
+func (w *worker) await(ref, query json.RawMessage) {
+	defer w.claims.Done()
+	for {
+		// Take the wake-up channel before looking, so that a task posted
+		// between the look and the wait still wakes us.
+		wake := w.s.hub.Pending(w.q.Ref())
+		if w.ctx.Err() != nil {
+			w.settle(nil)
+			return
+		}
+		// The claim itself must not be cut short half-way (task moved, event
+		// not logged): it runs to the end even if the socket dies meanwhile.
+		t, err := w.s.svc.Claim(context.WithoutCancel(w.ctx), w.q, w.name, query, 0)
+		switch {
+		case err == nil:
+			w.settle(&t)
+			w.send(taskReply{Type: "task", Ref: ref, ID: t.ID, Item: t.Item, Attempts: t.Attempts, Lease: t.Lease})
+			return
+		case !errors.Is(err, domain.ErrNotFound):
+			w.settle(nil)
+			w.fail(ref, err)
+			return
+		}
+		select {
+		case <-wake:
+		case <-w.ctx.Done():
+		}
+	}
+}
+
+// settle ends one outstanding claim, and holds t if it took one. Both happen
+// before the task message is queued, so a worker that claims again as soon
+// as it reads the task never finds its slot still taken.
+func (w *worker) settle(t *domain.Task) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.waiting--
+	if t != nil {
+		w.held[t.ID] = t.Attempts
+	}
+}
+
+// report applies a progress or result message. Messages about one task are
+// applied in the order they came (progress before the result that follows
+// it); messages about different tasks are applied side by side, so results
+// share flushes.
+func (w *worker) report(m message) {
+	switch {
+	case m.ID == "":
+		w.fail(m.Ref, domain.E(domain.KindInvalid, "invalid_request", `a %s message needs an "id"`, m.Type))
+		return
+	case !domain.ValidID(m.ID):
+		w.fail(m.Ref, domain.ErrNotFound)
+		return
+	case m.Type == "progress" && m.Progress == nil:
+		w.fail(m.Ref, domain.E(domain.KindInvalid, "invalid_request", `a progress message needs a "progress" field`))
+		return
+	case m.Type == "result" && m.Result == nil:
+		w.fail(m.Ref, domain.E(domain.KindInvalid, "invalid_request", `a result message needs a "result" field`))
+		return
+	}
+	// With every slot taken the reader waits here: a worker cannot pile up
+	// unbounded work by sending faster than it is applied.
+	w.slots <- struct{}{}
+	w.lanes.run(m.ID, func() {
+		defer func() { <-w.slots }()
+		w.apply(m)
+	})
+}
+
+// apply runs one report to its end even if the socket dies meanwhile: the
+// worker did the work, and its result should count.
+func (w *worker) apply(m message) {
+	ctx := context.WithoutCancel(w.ctx)
+	var out app.Outcome
+	var err error
+	if m.Type == "progress" {
+		out, err = w.s.svc.Progress(ctx, w.q, m.ID, w.name, m.Progress)
+	} else {
+		out, err = w.s.svc.Result(ctx, w.q, m.ID, w.name, m.Result)
+	}
+	if err != nil {
+		w.fail(m.Ref, err)
+		return
+	}
+	// A task stops being held here once its result is in (accepted or
+	// refused), or once progress shows it is no longer processing under
+	// this socket's lease.
+	if m.Type == "result" || !out.Accepted {
+		w.mu.Lock()
+		delete(w.held, m.ID)
+		w.mu.Unlock()
+	}
+	w.send(ackReply{Type: "ack", Ref: m.Ref, Accepted: out.Accepted, Status: refusedStatus(out), Lease: out.Lease})
+}
+
+// refusedStatus is the status that explains a refusal; empty when accepted.
+func refusedStatus(out app.Outcome) domain.Status {
+	if out.Accepted {
+		return ""
+	}
+	return out.Status
+}
+
+// fail answers a message with an error; the socket stays open.
+func (w *worker) fail(ref json.RawMessage, err error) {
+	var e *domain.Error
+	if !errors.As(err, &e) {
+		w.logger.Error("worker socket message failed", zap.Error(err))
+		e = &domain.Error{Kind: domain.KindInternal, Code: "internal", Message: "internal error"}
+	}
+	msg := e.Message
+	if e.Kind == domain.KindInternal {
+		msg = "internal error" // the cause is logged, never sent
+	}
+	details := e.Details
+	if details == nil {
+		details = []domain.Violation{}
+	}
+	w.send(errorReply{Type: "error", Ref: ref, Error: e.Code, Message: msg, Details: details})
+}
+
+// release runs once the socket is dead: it stops the outstanding claims and
+// waits for the messages being applied, then puts every task still held
+// back to pending, at once, without waiting for its lease.
+func (w *worker) release() {
+	// Nothing more can reach the peer; closing first also unblocks a writer
+	// stuck on a peer that stopped reading.
+	_ = w.conn.Close()
+	w.cancel()
+	w.claims.Wait()
+	w.lanes.wait()
+
+	// No goroutine touches held any more.
+	requeued := 0
+	for id, attempts := range w.held {
+		ok, err := w.s.svc.Requeue(context.Background(), w.q, id, attempts, domain.CauseSocket)
+		if err != nil {
+			w.logger.Error("re-queue a closed socket's task", zap.String("id", id), zap.Error(err))
+		}
+		if ok {
+			requeued++
+		}
+	}
+	if requeued > 0 {
+		w.logger.Info("worker socket closed; its tasks are pending again", zap.Int("requeued", requeued))
+	}
+	w.peer.finish()
+}
+
+// lanes runs functions keyed by task id: one after another for one id, side
+// by side for different ids.
+type lanes struct {
+	mu     sync.Mutex
+	queued map[string][]func() // a key is present while its lane runs
+	wg     sync.WaitGroup
+}
+
+func (l *lanes) run(key string, fn func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.queued == nil {
+		l.queued = make(map[string][]func())
+	}
+	if q, busy := l.queued[key]; busy {
+		l.queued[key] = append(q, fn)
+		return
+	}
+	l.queued[key] = nil
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		for fn != nil {
+			fn()
+			fn = l.next(key)
+		}
+	}()
+}
+
+// next takes the next function of key's lane, or ends the lane.
+func (l *lanes) next(key string) func() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	q := l.queued[key]
+	if len(q) == 0 {
+		delete(l.queued, key)
+		return nil
+	}
+	l.queued[key] = q[1:]
+	return q[0]
+}
+
+// wait returns once every lane has run dry.
+func (l *lanes) wait() { l.wg.Wait() }

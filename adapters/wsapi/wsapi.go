@@ -1,0 +1,160 @@
+// Package wsapi serves Taskhoster's two WebSocket endpoints with
+// gorilla/websocket: the worker socket (SPEC §4), over which a worker claims
+// tasks and hands in progress and results, and the watch socket (SPEC §3),
+// which streams one task's status view until it is terminal.
+//
+// httpapi routes the upgrade requests here after it has resolved the host and
+// queue and checked access; this package only speaks the socket protocols.
+//
+// Every connection has exactly one goroutine that writes to it (gorilla allows
+// one concurrent writer), fed by a channel, which also sends the keep-alive
+// pings. The goroutine that reads drops the peer once it has been silent (no
+// message, no pong) for PeerTimeout. A worker socket remembers every task it
+// handed out and, however it closes, puts the ones still processing under
+// those claims back to pending at once.
+package wsapi
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"go.uber.org/zap"
+
+	"github.com/taskhoster/taskhoster/adapters/notify"
+	"github.com/taskhoster/taskhoster/app"
+	"github.com/taskhoster/taskhoster/domain"
+)
+
+// Defaults of Options (SPEC §4: "pings every 15 s and drops a peer silent for 30 s").
+const (
+	DefaultPingInterval = 15 * time.Second
+	DefaultPeerTimeout  = 30 * time.Second
+	DefaultWatchBuffer  = 256
+)
+
+// MaxClaims is how many claims one worker socket may leave outstanding: its
+// concurrency (SPEC §4).
+const MaxClaims = 256
+
+// closeGrace is how long the server waits for the peer to answer its close
+// frame before it drops the connection anyway.
+const closeGrace = 2 * time.Second
+
+// Options configure the sockets. The zero value gives the SPEC's timings.
+type Options struct {
+	Logger *zap.Logger
+	// PingInterval is how often the server pings every socket.
+	PingInterval time.Duration
+	// PeerTimeout drops a peer that sent nothing (no message, no pong) for
+	// this long. It also bounds a single write to a peer that does not read.
+	PeerTimeout time.Duration
+	// WatchBuffer is how many changes a watcher may fall behind before it is
+	// closed with 1013 (try again later) rather than shown a gap.
+	WatchBuffer int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.PingInterval <= 0 {
+		o.PingInterval = DefaultPingInterval
+	}
+	if o.PeerTimeout <= 0 {
+		o.PeerTimeout = DefaultPeerTimeout
+	}
+	if o.WatchBuffer <= 0 {
+		o.WatchBuffer = DefaultWatchBuffer
+	}
+	return o
+}
+
+// Sockets serves the worker and watch sockets; it implements httpapi.Sockets.
+// Close it on shutdown, before the task store closes: that is what re-queues
+// the tasks the open worker sockets hold.
+type Sockets struct {
+	svc      *app.Service
+	hub      *notify.Hub
+	opts     Options
+	logger   *zap.Logger
+	upgrader websocket.Upgrader
+
+	mu     sync.Mutex
+	closed bool
+	stop   chan struct{}  // closed by Close: every socket says goodbye
+	live   sync.WaitGroup // one per socket handler still running
+}
+
+// New builds the socket endpoints over the use cases and the notifier.
+func New(svc *app.Service, hub *notify.Hub, opts Options) *Sockets {
+	opts = opts.withDefaults()
+	return &Sockets{
+		svc: svc, hub: hub, opts: opts, logger: opts.Logger,
+		upgrader: websocket.Upgrader{
+			// Sockets authenticate with a bearer token (header or
+			// ?access_token=), never with a cookie the browser adds on its
+			// own, so a page from another origin gains nothing by opening
+			// one: there is no cross-site request to forge.
+			CheckOrigin: func(*http.Request) bool { return true },
+		},
+		stop: make(chan struct{}),
+	}
+}
+
+// Close says goodbye (close code 1001, going away) to every open socket,
+// refuses new ones, and waits until every socket has finished, which for a
+// worker socket includes re-queuing the tasks it held.
+func (s *Sockets) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.stop)
+	}
+	s.mu.Unlock()
+
+	done := make(chan struct{})
+	go func() {
+		s.live.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("close sockets: %w", ctx.Err())
+	}
+}
+
+// enter counts a new socket handler in, unless Close has begun. Counting
+// under the same lock that Close takes means Close never misses a socket.
+func (s *Sockets) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.live.Add(1)
+	return true
+}
+
+var (
+	errShuttingDown = domain.E(domain.KindUnavailable, "unavailable", "the server is shutting down")
+	errInternal     = domain.E(domain.KindInternal, "internal", "internal error")
+)
+
+// httpError answers a request that was not upgraded, in the HTTP API's error
+// shape (SPEC §3).
+func httpError(w http.ResponseWriter, status int, e *domain.Error) {
+	details := e.Details
+	if details == nil {
+		details = []domain.Violation{}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": e.Code, "message": e.Message, "details": details})
+}

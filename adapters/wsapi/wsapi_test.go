@@ -1,0 +1,228 @@
+package wsapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/gorilla/websocket"
+
+	"github.com/taskhoster/taskhoster/adapters/clock"
+	"github.com/taskhoster/taskhoster/adapters/durable"
+	"github.com/taskhoster/taskhoster/adapters/memstore"
+	"github.com/taskhoster/taskhoster/adapters/notify"
+	"github.com/taskhoster/taskhoster/adapters/schema"
+	"github.com/taskhoster/taskhoster/adapters/wsapi"
+	"github.com/taskhoster/taskhoster/app"
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+// recordingLog is an EventLog that keeps events in memory, in order.
+type recordingLog struct {
+	mu     sync.Mutex
+	events []domain.Event
+}
+
+var _ ports.EventLog = (*recordingLog)(nil)
+
+func (l *recordingLog) Append(_ context.Context, ev domain.Event, _ bool) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, ev)
+	return nil
+}
+
+func (l *recordingLog) of(id string) []domain.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []domain.Event
+	for _, ev := range l.events {
+		if ev.Task.ID == id {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// gatedRepo holds a claim that has just taken a task until the test lets
+// it go: the window in which a socket can die under a winning claim.
+type gatedRepo struct {
+	ports.TaskRepository
+	took    chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedRepo) ClaimNext(ctx context.Context, q ports.QueueRef, m ports.Matcher, fn func(*domain.Task) error) (domain.Task, error) {
+	t, err := g.TaskRepository.ClaimNext(ctx, q, m, fn)
+	if err == nil {
+		g.took <- struct{}{}
+		<-g.release
+	}
+	return t, err
+}
+
+type fixture struct {
+	svc     *app.Service
+	hub     *notify.Hub
+	repo    ports.TaskRepository
+	log     *recordingLog
+	q       *ports.Queue
+	url     string
+	workEnd chan struct{} // one value each time a Work handler returns
+}
+
+func newFixture(t *testing.T, repo ports.TaskRepository, opts wsapi.Options) *fixture {
+	t.Helper()
+	f := &fixture{
+		hub: notify.NewHub(), repo: repo, log: &recordingLog{},
+		q: &ports.Queue{
+			Host: "task.example.com", Name: "resize", Settings: domain.DefaultSettings(),
+			Progress: schema.Any(), Result: schema.Any(),
+		},
+		workEnd: make(chan struct{}, 10),
+	}
+	f.svc = app.New(app.Deps{
+		Repo: repo, Syncer: durable.None{}, Log: f.log, Notifier: f.hub,
+		Clock: clock.System{}, Compiler: schema.Compiler{},
+	})
+	sockets := wsapi.New(f.svc, f.hub, opts)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/work", func(w http.ResponseWriter, r *http.Request) {
+		defer func() { f.workEnd <- struct{}{} }()
+		sockets.Work(w, r, f.q, "box")
+	})
+	mux.HandleFunc("/watch/{id}", func(w http.ResponseWriter, r *http.Request) {
+		sockets.Watch(w, r, f.q, r.PathValue("id"))
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := sockets.Close(ctx); err != nil {
+			t.Errorf("close sockets: %v", err)
+		}
+		srv.Close()
+	})
+	f.url = "ws" + strings.TrimPrefix(srv.URL, "http")
+	return f
+}
+
+func (f *fixture) dial(t *testing.T, path string) *websocket.Conn {
+	t.Helper()
+	c, _, err := websocket.DefaultDialer.Dial(f.url+path, nil)
+	if err != nil {
+		t.Fatalf("dial %s: %v", path, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func read(t *testing.T, c *websocket.Conn) string {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, data, err := c.ReadMessage()
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	return string(data)
+}
+
+// TestClaimWonAsSocketDies: a claim that takes a task just as its socket
+// dies must not lose the task: it goes back to pending at once.
+func TestClaimWonAsSocketDies(t *testing.T) {
+	repo := &gatedRepo{TaskRepository: memstore.New(), took: make(chan struct{}), release: make(chan struct{})}
+	f := newFixture(t, repo, wsapi.Options{})
+	c := f.dial(t, "/work?worker=w1")
+	if err := c.WriteMessage(websocket.TextMessage, []byte(`{"type":"claim","ref":1}`)); err != nil {
+		t.Fatal(err)
+	}
+
+	task, err := f.svc.Post(context.Background(), f.q, "alice", []byte(`{"url":"a"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-repo.took // the claim has the task, not yet its reply
+	if err := c.NetConn().Close(); err != nil {
+		t.Fatal(err)
+	}
+	close(repo.release)
+	<-f.workEnd // the socket is finished with
+
+	got, err := repo.Get(context.Background(), ports.KeyOf(task))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != domain.Pending || got.Attempts != 1 || got.Lease != nil {
+		t.Errorf("task after the socket died: status %s, attempts %d, lease %v", got.Status, got.Attempts, got.Lease)
+	}
+	var kinds []string
+	for _, ev := range f.log.of(task.ID) {
+		kinds = append(kinds, string(ev.Kind)+"/"+ev.Cause)
+	}
+	if diff := cmp.Diff([]string{"posted/", "claimed/", "requeue/socket"}, kinds); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// TestSlowWatcherIsToldToComeBack: a watcher that falls too far behind is
+// closed with 1013 after the views it did get, never shown a gap.
+func TestSlowWatcherIsToldToComeBack(t *testing.T) {
+	f := newFixture(t, memstore.New(), wsapi.Options{WatchBuffer: 1})
+	task, err := f.svc.Post(context.Background(), f.q, "alice", []byte(`{"url":"a"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.dial(t, "/watch/"+task.ID)
+	if first := read(t, c); !strings.Contains(first, `"status":"pending"`) {
+		t.Fatalf("first view = %s", first)
+	}
+
+	// While the watcher reads nothing, publish far more (and larger) views
+	// than the buffers between here and it can hold.
+	pad := strings.Repeat("x", 32<<10)
+	const changes = 2000
+	for i := range changes {
+		ev := task
+		ev.Status = domain.Processing
+		ev.Attempts = 1
+		ev.UpdatedAt = task.UpdatedAt + 1
+		ev.Progress = json.RawMessage(fmt.Sprintf(`"%d %s"`, i, pad))
+		f.hub.Publish(domain.Event{Kind: domain.EventProgress, Task: ev})
+	}
+
+	next := 0
+	for {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, data, err := c.ReadMessage()
+		var ce *websocket.CloseError
+		if errors.As(err, &ce) {
+			if ce.Code != websocket.CloseTryAgainLater {
+				t.Errorf("closed with %d, want 1013", ce.Code)
+			}
+			break
+		}
+		if err != nil {
+			t.Fatalf("read: %v", err)
+		}
+		var v struct{ Progress string }
+		if err := json.Unmarshal(data, &v); err != nil {
+			t.Fatal(err)
+		}
+		if want := fmt.Sprintf("%d ", next); !strings.HasPrefix(v.Progress, want) {
+			t.Fatalf("view %d shows progress %.20q: a gap", next, v.Progress)
+		}
+		next++
+	}
+	if next >= changes {
+		t.Errorf("the watcher got all %d views; it was never cut off", next)
+	}
+}
