@@ -13,5 +13,7 @@ import (
  _ "github.com/google/btree"
  _ "github.com/google/go-cmp/cmp"
  _ "golang.org/x/sys/unix"
+ _ "modernc.org/sqlite"
+ _ "github.com/chromedp/chromedp"
 )
 func main(){}
