@@ -29,6 +29,9 @@ var (
 type Syncer struct {
 	flush func() error
 	files []*os.File // one directory per distinct filesystem
+	// trailing is how many further flushes must finish after the one that
+	// serves a batch before the batch is durable (see New).
+	trailing int
 
 	mu      sync.Mutex
 	running bool   // a flush loop is going
@@ -39,8 +42,9 @@ type Syncer struct {
 
 // batch is the callers served by one flush.
 type batch struct {
-	done chan struct{} // closed when the flush has finished
-	err  error
+	done   chan struct{} // closed once the batch is durable
+	err    error
+	passes int // trailing flushes finished since the one that served it
 }
 
 // New returns a Syncer for the filesystems holding dirs (which must exist).
@@ -71,6 +75,12 @@ func New(dirs ...string) (*Syncer, error) {
 		seen[st.Dev] = true
 		files = append(files, f)
 	}
+	// On ext4 without a journal, syncfs issues the device's cache flush
+	// before its last write-out of the metadata buffers (inode tables,
+	// directory blocks), so only the next syncfs's cache flush is known to
+	// cover a rename. A batch is therefore released after the flush that
+	// served it and the one after it (trailing 1); under load the flushes run
+	// back to back, so this costs latency, not throughput.
 	s := NewFunc(func() error {
 		var errs []error
 		for _, f := range files {
@@ -79,15 +89,17 @@ func New(dirs ...string) (*Syncer, error) {
 			}
 		}
 		return errors.Join(errs...)
-	})
+	}, 1)
 	s.files = files
 	return s, nil
 }
 
 // NewFunc returns a Syncer that group-commits calls to flush: for tests, and
-// for anything that is made durable some other way than syncfs.
-func NewFunc(flush func() error) *Syncer {
-	return &Syncer{flush: flush}
+// for anything that is made durable some other way than syncfs. trailing is
+// how many more flushes must finish after the one serving a batch (0 when a
+// flush is durable on its own).
+func NewFunc(flush func() error, trailing int) *Syncer {
+	return &Syncer{flush: flush, trailing: trailing}
 }
 
 // Sync returns once a flush that began after this call has finished, so
@@ -122,26 +134,44 @@ func (s *Syncer) Sync(ctx context.Context) error {
 
 // run flushes batch after batch until no caller is waiting. Callers who
 // arrive during a flush gather in s.next and are served together by the
-// following one.
+// following one; a served batch then waits for s.trailing more flushes,
+// which run even if nobody new is waiting.
 func (s *Syncer) run() {
+	var served []*batch // flushed, waiting for trailing flushes, oldest first
 	s.mu.Lock()
-	for s.next != nil {
+	for s.next != nil || len(served) > 0 {
 		b := s.next
 		s.next = nil
 		s.mu.Unlock()
 
-		if err := s.flush(); err != nil {
-			b.err = &domain.Error{
-				Kind: domain.KindUnavailable, Code: "storage_unavailable",
-				Message: "flush to stable storage failed", Err: err,
-			}
+		err := s.flush()
+		for _, w := range served {
+			w.fail(err)
+			w.passes++
 		}
-		close(b.done)
+		if b != nil {
+			b.fail(err)
+			served = append(served, b)
+		}
+		for len(served) > 0 && served[0].passes >= s.trailing {
+			close(served[0].done)
+			served = served[1:]
+		}
 
 		s.mu.Lock()
 	}
 	s.running = false
 	s.mu.Unlock()
+}
+
+// fail records the first flush error a batch met.
+func (b *batch) fail(err error) {
+	if err != nil && b.err == nil {
+		b.err = &domain.Error{
+			Kind: domain.KindUnavailable, Code: "storage_unavailable",
+			Message: "flush to stable storage failed", Err: err,
+		}
+	}
 }
 
 // Close refuses further calls, waits for the flushes already asked for and

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -68,7 +69,7 @@ func assertCalls(tb testing.TB, g *gatedFlush, want int32) {
 func TestCallerArrivingMidFlushWaitsForTheNext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGatedFlush()
-		s := durable.NewFunc(g.flush)
+		s := durable.NewFunc(g.flush, 0)
 		ctx := context.Background()
 
 		first := goSync(ctx, s)
@@ -103,7 +104,7 @@ func TestConcurrentCallersShareOneFlush(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const callers = 50
 		g := newGatedFlush()
-		s := durable.NewFunc(g.flush)
+		s := durable.NewFunc(g.flush, 0)
 		ctx := context.Background()
 
 		first := goSync(ctx, s)
@@ -144,7 +145,7 @@ func TestConcurrentCallersShareOneFlush(t *testing.T) {
 func TestFlushErrorReachesEveryCallerOfItsBatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGatedFlush()
-		s := durable.NewFunc(g.flush)
+		s := durable.NewFunc(g.flush, 0)
 		ctx := context.Background()
 		cause := errors.New("EIO from the disc")
 
@@ -185,7 +186,7 @@ func TestFlushErrorReachesEveryCallerOfItsBatch(t *testing.T) {
 func TestCancelledCallerStopsWaiting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGatedFlush()
-		s := durable.NewFunc(g.flush)
+		s := durable.NewFunc(g.flush, 0)
 
 		ctx, cancel := context.WithCancel(context.Background())
 		impatient := goSync(ctx, s)
@@ -217,7 +218,7 @@ func TestCancelledCallerStopsWaiting(t *testing.T) {
 func TestCloseWaitsForFlushAndRefusesLaterCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGatedFlush()
-		s := durable.NewFunc(g.flush)
+		s := durable.NewFunc(g.flush, 0)
 		pending := goSync(context.Background(), s)
 		synctest.Wait()
 
@@ -266,5 +267,30 @@ func TestSyncfs(t *testing.T) {
 func TestNone(t *testing.T) {
 	if err := (durable.None{}).Sync(context.Background()); err != nil {
 		t.Errorf("None.Sync = %v", err)
+	}
+}
+
+// TestTrailingFlush: with one trailing flush, a lone caller is released only
+// after the flush that served it and one more, even with nobody else waiting.
+func TestTrailingFlush(t *testing.T) {
+	var mu sync.Mutex
+	flushes := 0
+	s := durable.NewFunc(func() error {
+		mu.Lock()
+		flushes++
+		mu.Unlock()
+		return nil
+	}, 1)
+	defer s.Close()
+	for want := 2; want <= 6; want += 2 {
+		if err := s.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		got := flushes
+		mu.Unlock()
+		if got != want {
+			t.Fatalf("after a Sync, %d flushes ran; want %d", got, want)
+		}
 	}
 }
