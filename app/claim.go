@@ -25,6 +25,7 @@ func (s *Service) Claim(ctx context.Context, q *ports.Queue, worker string, quer
 	if err != nil {
 		return domain.Task{}, err
 	}
+	var release func() // this claim's waiting slot, once it waits
 	var deadline <-chan time.Time
 	if wait > 0 {
 		timer := time.NewTimer(wait)
@@ -38,6 +39,12 @@ func (s *Service) Claim(ctx context.Context, q *ports.Queue, worker string, quer
 		t, err := s.claimNow(ctx, q, worker, m)
 		if !errors.Is(err, domain.ErrNotFound) || wait <= 0 {
 			return t, err
+		}
+		if release == nil {
+			if release, err = s.HoldWaiter(); err != nil {
+				return domain.Task{}, err
+			}
+			defer release()
 		}
 		select {
 		case <-wake:

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -35,7 +36,13 @@ type Deps struct {
 	Compiler ports.SchemaCompiler
 	Observer Observer    // optional
 	Logger   *zap.Logger // optional
+	// MaxWaiting bounds the claims waiting for work at once, over HTTP and
+	// sockets together (each costs a goroutine and a timer). Default 50 000.
+	MaxWaiting int
 }
+
+// DefaultMaxWaiting is Deps.MaxWaiting's default.
+const DefaultMaxWaiting = 50_000
 
 // Service runs the use cases. It is safe for concurrent use.
 type Service struct {
@@ -48,6 +55,9 @@ type Service struct {
 	logger   *zap.Logger
 	queries  *queryCache
 	order    queueLocks
+
+	waiting    atomic.Int64 // claims parked waiting for work
+	maxWaiting int64
 
 	// draining is closed when the server begins to shut down, so that claims
 	// waiting for work answer at once instead of holding the shutdown up.
@@ -63,13 +73,33 @@ func New(d Deps) *Service {
 	if d.Logger == nil {
 		d.Logger = zap.NewNop()
 	}
+	if d.MaxWaiting <= 0 {
+		d.MaxWaiting = DefaultMaxWaiting
+	}
 	return &Service{
-		repo: d.Repo, syncer: d.Syncer, log: d.Log, notifier: d.Notifier,
+		maxWaiting: int64(d.MaxWaiting),
+		repo:       d.Repo, syncer: d.Syncer, log: d.Log, notifier: d.Notifier,
 		clock: d.Clock, observer: d.Observer, logger: d.Logger,
 		queries:  newQueryCache(d.Compiler, 512),
 		draining: make(chan struct{}),
 	}
 }
+
+// HoldWaiter takes one of the server's slots for a claim that waits for
+// work, or refuses with 503 too_many_waiting when all are taken: memory for
+// waiting claims is bounded whoever sends them. Call release when the claim
+// stops waiting.
+func (s *Service) HoldWaiter() (release func(), err error) {
+	if s.waiting.Add(1) > s.maxWaiting {
+		s.waiting.Add(-1)
+		return nil, errTooManyWaiting
+	}
+	var once sync.Once
+	return func() { once.Do(func() { s.waiting.Add(-1) }) }, nil
+}
+
+var errTooManyWaiting = domain.E(domain.KindUnavailable, "too_many_waiting",
+	"too many claims are waiting for work on this server; try again later")
 
 // Drain makes every waiting claim return now and every later claim answer
 // without waiting. Called once shutdown begins.

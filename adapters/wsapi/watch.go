@@ -21,11 +21,12 @@ const watchReadLimit = 4 << 10
 // at once, then a view on every change, and after a terminal view a close
 // with code 1000. httpapi has checked access and that the task exists.
 func (s *Sockets) Watch(w http.ResponseWriter, r *http.Request, q *ports.Queue, id string) {
-	if !s.enter() {
-		httpError(w, http.StatusServiceUnavailable, errShuttingDown)
+	leave, refused := s.enter(q.Host)
+	if refused != nil {
+		httpError(w, http.StatusServiceUnavailable, refused)
 		return
 	}
-	defer s.live.Done()
+	defer leave()
 
 	// Read the task and subscribe in one step (app.Service.Follow): every
 	// event the subscription then gets is a change after the first view.

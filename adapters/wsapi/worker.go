@@ -34,11 +34,12 @@ func (s *Sockets) Work(w http.ResponseWriter, r *http.Request, q *ports.Queue, u
 		httpError(w, http.StatusBadRequest, bad)
 		return
 	}
-	if !s.enter() {
-		httpError(w, http.StatusServiceUnavailable, errShuttingDown)
+	leave, refused := s.enter(q.Host)
+	if refused != nil {
+		httpError(w, http.StatusServiceUnavailable, refused)
 		return
 	}
-	defer s.live.Done()
+	defer leave()
 	conn, err := s.upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return // the upgrader has answered the request
@@ -170,17 +171,24 @@ func (w *worker) claim(m message) {
 		w.fail(m.Ref, domain.E(domain.KindInvalid, "too_many_claims", "at most %d claims may be outstanding on one socket", MaxClaims))
 		return
 	}
+	release, err := w.s.svc.HoldWaiter()
+	if err != nil {
+		w.mu.Unlock()
+		w.fail(m.Ref, err)
+		return
+	}
 	w.waiting++
 	w.mu.Unlock()
 	w.claims.Add(1)
-	go w.await(m.Ref, m.Query)
+	go w.await(m.Ref, m.Query, release)
 }
 
 // await claims a task for one claim message, waiting as long as it takes.
 // It stops without taking a task once the socket is gone; a task it took
 // just as the socket died is held like any other, and so re-queued by release.
-func (w *worker) await(ref, query json.RawMessage) {
+func (w *worker) await(ref, query json.RawMessage, release func()) {
 	defer w.claims.Done()
+	defer release()
 	for {
 		// Take the wake-up channel before looking, so that a task posted
 		// between the look and the wait still wakes us.

@@ -56,7 +56,14 @@ type Options struct {
 	// WatchBuffer is how many changes a watcher may fall behind before it is
 	// closed with 1013 (try again later) rather than shown a gap.
 	WatchBuffer int
+	// MaxSocketsPerHost bounds the open sockets (worker and watch) of one
+	// host; past it a new socket is refused with 503 too_many_sockets, so
+	// one host's clients cannot use up the server for the others.
+	MaxSocketsPerHost int
 }
+
+// DefaultMaxSocketsPerHost is Options.MaxSocketsPerHost's default.
+const DefaultMaxSocketsPerHost = 1024
 
 func (o Options) withDefaults() Options {
 	if o.Logger == nil {
@@ -70,6 +77,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.WatchBuffer <= 0 {
 		o.WatchBuffer = DefaultWatchBuffer
+	}
+	if o.MaxSocketsPerHost <= 0 {
+		o.MaxSocketsPerHost = DefaultMaxSocketsPerHost
 	}
 	return o
 }
@@ -88,6 +98,7 @@ type Sockets struct {
 	closed bool
 	stop   chan struct{}  // closed by Close: every socket says goodbye
 	live   sync.WaitGroup // one per socket handler still running
+	open   map[string]int // open sockets by host
 }
 
 // New builds the socket endpoints over the use cases and the notifier.
@@ -103,6 +114,7 @@ func New(svc *app.Service, hub *notify.Hub, opts Options) *Sockets {
 			CheckOrigin: func(*http.Request) bool { return true },
 		},
 		stop: make(chan struct{}),
+		open: make(map[string]int),
 	}
 }
 
@@ -130,21 +142,35 @@ func (s *Sockets) Close(ctx context.Context) error {
 	}
 }
 
-// enter counts a new socket handler in, unless Close has begun. Counting
-// under the same lock that Close takes means Close never misses a socket.
-func (s *Sockets) enter() bool {
+// enter counts a new socket of host in, unless Close has begun or the host
+// has all the sockets it may have; it returns the function that counts the
+// socket out. Counting under the lock Close takes means Close never misses
+// a socket.
+func (s *Sockets) enter(host string) (leave func(), err *domain.Error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return false
+	switch {
+	case s.closed:
+		return nil, errShuttingDown
+	case s.open[host] >= s.opts.MaxSocketsPerHost:
+		return nil, errTooManySockets
 	}
+	s.open[host]++
 	s.live.Add(1)
-	return true
+	return func() {
+		s.mu.Lock()
+		if s.open[host]--; s.open[host] == 0 {
+			delete(s.open, host)
+		}
+		s.mu.Unlock()
+		s.live.Done()
+	}, nil
 }
 
 var (
-	errShuttingDown = domain.E(domain.KindUnavailable, "unavailable", "the server is shutting down")
-	errInternal     = domain.E(domain.KindInternal, "internal", "internal error")
+	errShuttingDown   = domain.E(domain.KindUnavailable, "unavailable", "the server is shutting down")
+	errTooManySockets = domain.E(domain.KindUnavailable, "too_many_sockets", "this host has as many open sockets as it may; try again later")
+	errInternal       = domain.E(domain.KindInternal, "internal", "internal error")
 )
 
 // httpError answers a request that was not upgraded, in the HTTP API's error

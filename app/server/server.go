@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,13 +46,26 @@ type Config struct {
 	LogDays   int           // event log retention in days
 	// ShutdownGrace is how long requests in flight may take to finish.
 	ShutdownGrace time.Duration
-	// WSPing is how often every socket is pinged (default 15 s), and
-	// WSPeerTimeout how long a silent peer is kept (default twice WSPing).
-	// They are no serve flags: an operator has no reason to change them, and
-	// tests set WSPing through the environment variable TASKHOSTER_WS_PING
-	// (a Go duration such as "200ms"), read by Options.
+	// WSPing is how often every socket is pinged (--ws-ping, default 15 s),
+	// and WSPeerTimeout how long a silent peer is kept (twice WSPing).
 	WSPing, WSPeerTimeout time.Duration
+
+	// Resource limits; zero means the default. See ARCHITECTURE.md,
+	// "Resource limits".
+	MaxConns          int // open connections on the API listener (--max-conns)
+	MaxSocketsPerHost int // open worker and watch sockets of one host (--max-sockets)
+	MaxWaiting        int // claims waiting for work, all hosts together (--max-waiting)
 }
+
+// Defaults of the limits.
+const (
+	DefaultMaxConns = 10_000
+	// A request's body must arrive within ReadTimeout: slow senders
+	// (slowloris) cannot hold a connection for ever. Headers get less.
+	ReadHeaderTimeout = 10 * time.Second
+	ReadTimeout       = 2 * time.Minute
+	IdleTimeout       = 2 * time.Minute
+)
 
 // Validate checks the flags before anything is opened.
 func (c Config) Validate() error {
@@ -62,8 +76,29 @@ func (c Config) Validate() error {
 		return errors.New("--sweep must be positive")
 	case c.LogDays <= 0:
 		return errors.New("--log-days must be positive")
+	case c.WSPing < 0:
+		return errors.New("--ws-ping must be positive")
+	case c.MaxConns < 0 || c.MaxSocketsPerHost < 0 || c.MaxWaiting < 0:
+		return errors.New("--max-conns, --max-sockets and --max-waiting must be positive")
 	}
 	return nil
+}
+
+// withDefaults fills in what the flags left at zero.
+func withDefaults(cfg Config) Config {
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = 10 * time.Second
+	}
+	if cfg.WSPing == 0 {
+		cfg.WSPing = wsapi.DefaultPingInterval
+	}
+	if cfg.WSPeerTimeout == 0 {
+		cfg.WSPeerTimeout = 2 * cfg.WSPing
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	return cfg
 }
 
 // New builds the application graph. Start it with Start, stop it with Stop.
@@ -73,12 +108,7 @@ func New(cfg Config, logger *zap.Logger) *fx.App {
 
 // Options is the whole graph, for New and for fx.ValidateApp in tests.
 func Options(cfg Config, logger *zap.Logger) fx.Option {
-	if cfg.ShutdownGrace == 0 {
-		cfg.ShutdownGrace = 10 * time.Second
-	}
-	if err := socketTimings(&cfg); err != nil {
-		return fx.Error(err)
-	}
+	cfg = withDefaults(cfg)
 	return fx.Options(
 		fx.Supply(cfg, logger),
 		fx.WithLogger(func(l *zap.Logger) fxevent.Logger {
@@ -194,10 +224,12 @@ var ServiceModule = fx.Module("app",
 		Compiler ports.SchemaCompiler
 		Metrics  *metrics.Metrics
 		Logger   *zap.Logger
+		Config   Config
 	}) *app.Service {
 		return app.New(app.Deps{
 			Repo: d.Repo, Syncer: d.Syncer, Log: d.Log, Notifier: d.Notifier,
 			Clock: d.Clock, Compiler: d.Compiler, Observer: d.Metrics, Logger: d.Logger,
+			MaxWaiting: d.Config.MaxWaiting,
 		})
 	}),
 	fx.Invoke(func(lc fx.Lifecycle, svc *app.Service, store *fsstore.Store, logger *zap.Logger) {
@@ -265,13 +297,14 @@ var HTTPModule = fx.Module("httpapi",
 	fx.Invoke(func(lc fx.Lifecycle, cfg Config, api *httpapi.API, svc *app.Service, ready *Ready, logger *zap.Logger) {
 		srv := &http.Server{
 			Handler:           api,
-			ReadHeaderTimeout: 10 * time.Second,
-			IdleTimeout:       120 * time.Second,
+			ReadHeaderTimeout: ReadHeaderTimeout,
+			ReadTimeout:       ReadTimeout,
+			IdleTimeout:       IdleTimeout,
 			ErrorLog:          zap.NewStdLog(logger.Named("http")),
 		}
 		lc.Append(fx.Hook{
 			OnStart: func(context.Context) error {
-				return listen(srv, cfg.Addr, "api", logger, func() { ready.Store(true) })
+				return listen(srv, cfg.Addr, "api", cfg.MaxConns, logger, func() { ready.Store(true) })
 			},
 			OnStop: func(ctx context.Context) error {
 				ready.Store(false)
@@ -298,36 +331,15 @@ var HTTPModule = fx.Module("httpapi",
 var WSModule = fx.Module("wsapi",
 	fx.Provide(func(lc fx.Lifecycle, cfg Config, svc *app.Service, hub *notify.Hub, logger *zap.Logger) httpapi.Sockets {
 		s := wsapi.New(svc, hub, wsapi.Options{
-			Logger:       logger.Named("ws"),
-			PingInterval: cfg.WSPing,
-			PeerTimeout:  cfg.WSPeerTimeout,
+			Logger:            logger.Named("ws"),
+			PingInterval:      cfg.WSPing,
+			PeerTimeout:       cfg.WSPeerTimeout,
+			MaxSocketsPerHost: cfg.MaxSocketsPerHost,
 		})
 		lc.Append(fx.StopHook(s.Close))
 		return s
 	}),
 )
-
-// socketTimings fills in the socket keep-alive timings: WSPing from
-// TASKHOSTER_WS_PING when it is not set, WSPeerTimeout as twice WSPing.
-func socketTimings(cfg *Config) error {
-	if v, ok := os.LookupEnv("TASKHOSTER_WS_PING"); ok && cfg.WSPing == 0 {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return fmt.Errorf("TASKHOSTER_WS_PING=%q: %w", v, err)
-		}
-		if d <= 0 {
-			return fmt.Errorf("TASKHOSTER_WS_PING=%q: want a positive duration such as 15s", v)
-		}
-		cfg.WSPing = d
-	}
-	if cfg.WSPing == 0 {
-		cfg.WSPing = wsapi.DefaultPingInterval
-	}
-	if cfg.WSPeerTimeout == 0 {
-		cfg.WSPeerTimeout = 2 * cfg.WSPing
-	}
-	return nil
-}
 
 // AdminModule serves /metrics, /healthz and /readyz on the admin listener.
 var AdminModule = fx.Module("admin",
@@ -346,19 +358,68 @@ var AdminModule = fx.Module("admin",
 		})
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		lc.Append(fx.Hook{
-			OnStart: func(context.Context) error { return listen(srv, cfg.AdminAddr, "admin", logger, nil) },
+			OnStart: func(context.Context) error { return listen(srv, cfg.AdminAddr, "admin", 0, logger, nil) },
 			OnStop:  func(ctx context.Context) error { return srv.Close() },
 		})
 	}),
 )
 
+// limitListener accepts at most n connections at once: past that, Accept
+// waits until one closes, and new clients queue in the kernel's backlog
+// instead of each costing the server a goroutine and buffers.
+func limitListener(ln net.Listener, n int) net.Listener {
+	return &limited{Listener: ln, slots: make(chan struct{}, n), closed: make(chan struct{})}
+}
+
+type limited struct {
+	net.Listener
+	slots     chan struct{}
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+func (l *limited) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &limitedConn{Conn: c, release: func() { <-l.slots }}, nil
+}
+
+// Close also ends an Accept waiting for a free slot.
+func (l *limited) Close() error {
+	l.closeOnce.Do(func() { close(l.closed) })
+	return l.Listener.Close()
+}
+
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
 // listen binds addr (so a taken port fails start-up) and serves in the
 // background. It logs the bound address: with port 0 that is how tests and
 // operators learn the port.
-func listen(srv *http.Server, addr, name string, logger *zap.Logger, up func()) error {
+func listen(srv *http.Server, addr, name string, maxConns int, logger *zap.Logger, up func()) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%s listener: %w", name, err)
+	}
+	if maxConns > 0 {
+		ln = limitListener(ln, maxConns)
 	}
 	logger.Info("listening", zap.String("listener", name), zap.String("addr", ln.Addr().String()))
 	if up != nil {

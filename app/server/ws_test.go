@@ -1,37 +1,72 @@
 package server
 
 import (
+	"net"
 	"testing"
 	"time"
 )
 
-// TestSocketTimings: the SPEC's 15 s / 30 s unless TASKHOSTER_WS_PING says
+// TestDefaults: the SPEC's 15 s ping and 30 s silence unless told
 // otherwise; a silent peer is always given two ping intervals.
-func TestSocketTimings(t *testing.T) {
+func TestDefaults(t *testing.T) {
 	cases := []struct {
-		name, env          string
-		set                bool
+		name               string
+		ping               time.Duration
 		wantPing, wantPeer time.Duration
-		wantErr            bool
 	}{
 		{name: "default", wantPing: 15 * time.Second, wantPeer: 30 * time.Second},
-		{name: "from the environment", env: "200ms", set: true, wantPing: 200 * time.Millisecond, wantPeer: 400 * time.Millisecond},
-		{name: "not a duration", env: "soon", set: true, wantErr: true},
-		{name: "not positive", env: "0s", set: true, wantErr: true},
+		{name: "short for tests", ping: 200 * time.Millisecond, wantPing: 200 * time.Millisecond, wantPeer: 400 * time.Millisecond},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if c.set {
-				t.Setenv("TASKHOSTER_WS_PING", c.env)
-			}
-			var cfg Config
-			err := socketTimings(&cfg)
-			if (err != nil) != c.wantErr {
-				t.Fatalf("error = %v, want error %v", err, c.wantErr)
-			}
-			if !c.wantErr && (cfg.WSPing != c.wantPing || cfg.WSPeerTimeout != c.wantPeer) {
-				t.Errorf("ping %v, peer timeout %v; want %v, %v", cfg.WSPing, cfg.WSPeerTimeout, c.wantPing, c.wantPeer)
+			got := withDefaults(Config{WSPing: c.ping})
+			if got.WSPing != c.wantPing || got.WSPeerTimeout != c.wantPeer || got.MaxConns != DefaultMaxConns {
+				t.Errorf("got %+v", got)
 			}
 		})
+	}
+}
+
+// TestLimitListener: past n open connections a new one waits until one
+// closes; closing the listener ends a waiting Accept.
+func TestLimitListener(t *testing.T) {
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := limitListener(raw, 1)
+	accepted := make(chan net.Conn, 2)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	for range 2 {
+		c, err := net.Dial("tcp", raw.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	first := <-accepted
+	select {
+	case <-accepted:
+		t.Fatal("a second connection was accepted while the first was open")
+	case <-time.After(200 * time.Millisecond):
+	}
+	first.Close()
+	select {
+	case c := <-accepted:
+		c.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second connection was not accepted after the first closed")
+	}
+	ln.Close()
+	for range accepted {
 	}
 }

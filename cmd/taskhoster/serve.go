@@ -12,6 +12,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/taskhoster/taskhoster/adapters/folderconfig"
+	"github.com/taskhoster/taskhoster/adapters/wsapi"
+	"github.com/taskhoster/taskhoster/app"
 	"github.com/taskhoster/taskhoster/app/server"
 )
 
@@ -26,6 +28,10 @@ func serve(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.Sync, "sync", "always", "always: fsync before acknowledging; none: never fsync")
 	fs.DurationVar(&cfg.Sweep, "sweep", time.Second, "how often the sweep runs")
 	fs.IntVar(&cfg.LogDays, "log-days", 21, "days of event log to keep")
+	fs.DurationVar(&cfg.WSPing, "ws-ping", wsapi.DefaultPingInterval, "how often sockets are pinged; a peer silent for twice this is dropped")
+	fs.IntVar(&cfg.MaxConns, "max-conns", server.DefaultMaxConns, "open connections the API listener accepts at once")
+	fs.IntVar(&cfg.MaxSocketsPerHost, "max-sockets", wsapi.DefaultMaxSocketsPerHost, "open worker and watch sockets per host")
+	fs.IntVar(&cfg.MaxWaiting, "max-waiting", app.DefaultMaxWaiting, "claims waiting for work at once, over HTTP and sockets")
 	if err := parse(fs, args); err != nil {
 		return 2
 	}

@@ -503,11 +503,10 @@ func TestSocketShutdownRequeues(t *testing.T) {
 }
 
 // TestSocketPingDrop runs the server with 200 ms pings (a peer is dropped
-// after 400 ms of silence). It cannot run in parallel: it sets the
-// environment the server is started with.
+// after 400 ms of silence).
 func TestSocketPingDrop(t *testing.T) {
-	t.Setenv("TASKHOSTER_WS_PING", "200ms")
-	s := start(t, newDirs(t))
+	t.Parallel()
+	s := start(t, newDirs(t), "--ws-ping", "200ms")
 
 	// A worker that answers pings stays connected through many of them.
 	alive := s.dial("/resize/work?worker=alive", boxToken)
