@@ -80,7 +80,7 @@ type fixture struct {
 	workEnd chan struct{} // one value each time a Work handler returns
 }
 
-func newFixture(t *testing.T, repo ports.TaskRepository, opts wsapi.Options) *fixture {
+func newFixture(t testing.TB, repo ports.TaskRepository, opts wsapi.Options) *fixture {
 	t.Helper()
 	f := &fixture{
 		hub: notify.NewHub(), repo: repo, log: &recordingLog{},
@@ -116,7 +116,7 @@ func newFixture(t *testing.T, repo ports.TaskRepository, opts wsapi.Options) *fi
 	return f
 }
 
-func (f *fixture) dial(t *testing.T, path string) *websocket.Conn {
+func (f *fixture) dial(t testing.TB, path string) *websocket.Conn {
 	t.Helper()
 	c, _, err := websocket.DefaultDialer.Dial(f.url+path, nil)
 	if err != nil {
