@@ -1,6 +1,8 @@
 // Package eventlog is the durable task-event log (SPEC §8): one JSON line per
 // task transition, appended to <logs>/tasks/YYYY-MM-DD.jsonl, one file per
-// UTC day. The dated files are the rotation; Prune ages them out.
+// UTC day, and the payload archive under <logs>/tasks-payloads/ (archive.go).
+// The dated files are the rotation; Prune ages them and the archive out.
+// Reader (reader.go) reads both for the log API.
 package eventlog
 
 import (
@@ -11,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
@@ -27,11 +30,29 @@ const keepOpen = 2
 
 // Log appends event lines to day files. It is safe for concurrent use.
 type Log struct {
-	dir string // <logs>/tasks
+	root string // <logs>, the serve --logs folder
+	dir  string // <logs>/tasks
 
 	mu     sync.Mutex
 	files  map[string]*os.File // open day files by day ("2026-07-26")
 	closed bool
+
+	// archiveMu is held for reading while bodies are written to the archive
+	// and for writing while Prune removes a folder of it (see archive).
+	archiveMu sync.RWMutex
+
+	// pruneMu serialises Prune. archivesKeptFrom is the oldest kept day of
+	// the last Prune that went through the whole archive without an error:
+	// an archive only ages out when that day moves on (see Prune).
+	pruneMu          sync.Mutex
+	archivesKeptFrom string
+
+	// archivedSinceSync says Sync has archive files to flush.
+	archivedSinceSync atomic.Bool
+
+	// afterFirstLook, when set (by tests only), runs between Prune's first
+	// look at an archive folder that seems old and its second under the lock.
+	afterFirstLook func(dir string)
 }
 
 // Open prepares the event log under dir (the serve --logs folder), creating
@@ -41,7 +62,7 @@ func Open(dir string) (*Log, error) {
 	if err := os.MkdirAll(tasks, 0o755); err != nil {
 		return nil, unavailable(fmt.Errorf("open event log: %w", err))
 	}
-	return &Log{dir: tasks, files: make(map[string]*os.File)}, nil
+	return &Log{root: dir, dir: tasks, files: make(map[string]*os.File)}, nil
 }
 
 // Append writes ev's line to the file of ev's UTC day with one write(2) on a
@@ -49,14 +70,24 @@ func Open(dir string) (*Log, error) {
 // It does not sync: the app makes the line durable with the shared
 // ports.Syncer, together with the task file, in one flush.
 //
+// With archive true (the queue's taskhoster-archivePayloads), the bodies the
+// event carries are first written to the payload archive, and the line lists
+// them in "archived"; see archive.
+//
 // ctx is not consulted: the transition is already stored, and its line must
-// not be dropped because the client that caused it went away. archive is
-// accepted for the payload archive, which is not built yet (see encodeLine).
+// not be dropped because the client that caused it went away.
 //
 // A failed write (a full disc, say) is a domain.Error of KindUnavailable,
 // code "log_unavailable", wrapping the cause.
 func (l *Log) Append(_ context.Context, ev domain.Event, archive bool) error {
-	b := encodeLine(ev)
+	var archived []string
+	if archive {
+		var err error
+		if archived, err = l.archive(ev); err != nil {
+			return unavailable(err)
+		}
+	}
+	b := encodeLine(ev, archived)
 	day := dayOf(ev.At)
 
 	l.mu.Lock()
@@ -135,10 +166,21 @@ func (l *Log) retire() error {
 // files and fsyncs the tasks folder, which holds the names of new ones. The
 // app calls it at shutdown; while serving, the shared ports.Syncer does this
 // work for the whole filesystem at once.
+//
+// If bodies were archived since the last Sync, it first syncfs's the logs
+// folder's filesystem: the archive is many small files in many folders, and
+// one flush of the filesystem covers them all, so that no line made durable
+// here names a body that is not.
 func (l *Log) Sync() error {
+	var errs []error
+	if l.archivedSinceSync.Swap(false) {
+		if err := syncFS(l.root); err != nil {
+			l.archivedSinceSync.Store(true)
+			errs = append(errs, err)
+		}
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var errs []error
 	for day, f := range l.files {
 		if err := fdatasync(f); err != nil {
 			errs = append(errs, fmt.Errorf("sync day file %s: %w", day, err))
@@ -189,6 +231,19 @@ func fdatasync(f *os.File) error {
 	}
 	if syncErr != nil {
 		return fmt.Errorf("fdatasync %s: %w", f.Name(), syncErr)
+	}
+	return nil
+}
+
+// syncFS flushes the whole filesystem that holds dir (syncfs(2)).
+func syncFS(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync logs filesystem: %w", err)
+	}
+	defer d.Close()
+	if err := unix.Syncfs(int(d.Fd())); err != nil {
+		return fmt.Errorf("sync logs filesystem: %w", err)
 	}
 	return nil
 }

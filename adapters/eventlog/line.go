@@ -44,7 +44,12 @@ const dayLayout = "2006-01-02"
 func dayOf(t time.Time) string { return t.UTC().Format(dayLayout) }
 
 // encodeLine is ev's line, newline included, ready for a single write.
-func encodeLine(ev domain.Event) []byte {
+// archived names the payload bodies this event wrote to the archive (see
+// archiveBodies); nil is written as [].
+func encodeLine(ev domain.Event, archived []string) []byte {
+	if archived == nil {
+		archived = []string{}
+	}
 	t := ev.Task
 	l := line{
 		T:        ev.At.Unix(),
@@ -61,9 +66,7 @@ func encodeLine(ev domain.Event) []byte {
 			Result:   storedLen(t.Result),
 			Error:    errorLen(t.Error),
 		},
-		// The payload archive (tasks-payloads/, SPEC §8) is not built yet, so
-		// no event writes a body and the list is always empty.
-		Archived: []string{},
+		Archived: archived,
 	}
 	if ev.Worker != "" {
 		l.Worker = &ev.Worker

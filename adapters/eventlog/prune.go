@@ -1,6 +1,7 @@
 package eventlog
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -16,13 +17,41 @@ import (
 // set back) is kept. Entries whose name is not exactly YYYY-MM-DD.jsonl, and
 // anything that is not a regular file, are left alone: the folder may hold
 // things this Log did not write.
-func (l *Log) Prune(now time.Time, days int) error {
+//
+// The payload archive ages out on the same window: a task's archive folder
+// goes once its last write was on a day before the window, as if it were the
+// day file of its last archived event (see pruneArchives), and host and queue
+// folders left empty go with it.
+//
+// Prune is meant to be called often (the sweep calls it once a minute), and
+// the day files cost one listing of tasks/. The archive holds a folder per
+// task, so it is walked only when the window has moved on to a new day since
+// the last complete walk (and at the first call): between two such days no
+// folder written by this Log can age out. Folders that look older than they
+// are (restored from a backup) wait for the next day. A cancelled ctx stops
+// the walk between two folders; the next call walks again.
+func (l *Log) Prune(ctx context.Context, now time.Time, days int) error {
 	if days < 1 {
 		return fmt.Errorf("prune event log: days must be at least 1, got %d", days)
 	}
 	y, m, d := now.UTC().Date()
 	oldestKept := time.Date(y, m, d-(days-1), 0, 0, 0, 0, time.UTC).Format(dayLayout)
 
+	l.pruneMu.Lock()
+	defer l.pruneMu.Unlock()
+	dayErr := l.pruneDays(oldestKept)
+	if l.archivesKeptFrom == oldestKept {
+		return dayErr
+	}
+	if err := l.pruneArchives(ctx, oldestKept); err != nil {
+		return errors.Join(dayErr, fmt.Errorf("prune payload archive: %w", err))
+	}
+	l.archivesKeptFrom = oldestKept
+	return dayErr
+}
+
+// pruneDays deletes the day files of days before oldestKept.
+func (l *Log) pruneDays(oldestKept string) error {
 	entries, err := os.ReadDir(l.dir)
 	if err != nil {
 		return fmt.Errorf("prune event log: %w", err)

@@ -66,7 +66,7 @@ func TestPruneKeepsTodayAndTheDaysBefore(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			if err := l.Prune(tc.now, tc.days); err != nil {
+			if err := l.Prune(context.Background(), tc.now, tc.days); err != nil {
 				t.Fatal(err)
 			}
 
@@ -91,7 +91,7 @@ func TestPruneClosesAnOpenDayFile(t *testing.T) {
 	if err := l.Append(context.Background(), eventAt(t, "a000000000000001", old), false); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Prune(old.AddDate(0, 0, 30), 21); err != nil {
+	if err := l.Prune(context.Background(), old.AddDate(0, 0, 30), 21); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(dayFile(dir, "2026-07-01")); !os.IsNotExist(err) {
@@ -110,7 +110,7 @@ func TestPruneRefusesAnEmptyWindow(t *testing.T) {
 	dir := t.TempDir()
 	l := mustOpen(t, dir)
 	mustWrite(t, dayFile(dir, day0))
-	if err := l.Prune(t0, 0); err == nil {
+	if err := l.Prune(context.Background(), t0, 0); err == nil {
 		t.Fatal("Prune with 0 days succeeded")
 	}
 	if diff := cmp.Diff([]string{day0 + ".jsonl"}, namesIn(t, filepath.Join(dir, "tasks"))); diff != "" {

@@ -27,6 +27,7 @@ type API struct {
 	router chi.Router
 	// extra routes mounted by other adapters (the worker socket, watch, logs).
 	sockets Sockets
+	logs    LogReader
 }
 
 // Sockets serves the WebSocket endpoints; the wsapi adapter provides it.
@@ -41,11 +42,13 @@ type Options struct {
 	// Middleware wraps every request (request logs, metrics), outermost first.
 	Middleware []func(http.Handler) http.Handler
 	Sockets    Sockets
+	// Logs serves the log API (/_logs, logs.go); without it there is none.
+	Logs LogReader
 }
 
 // New builds the handler for every host.
 func New(svc *app.Service, config ports.Config, opt Options) *API {
-	a := &API{svc: svc, config: config, logger: opt.Logger, sockets: opt.Sockets}
+	a := &API{svc: svc, config: config, logger: opt.Logger, sockets: opt.Sockets, logs: opt.Logs}
 	if a.logger == nil {
 		a.logger = zap.NewNop()
 	}
@@ -61,6 +64,9 @@ func New(svc *app.Service, config ports.Config, opt Options) *API {
 	r.Group(func(r chi.Router) {
 		r.Use(a.resolveHost)
 		r.Get("/", a.hostInfo)
+		if a.logs != nil {
+			a.routeLogs(r)
+		}
 		r.Route("/{queue}", func(r chi.Router) {
 			r.Use(a.resolveQueue)
 			r.Get("/", a.queueInfo)

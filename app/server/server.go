@@ -245,33 +245,49 @@ var ServiceModule = fx.Module("app",
 	}),
 )
 
-// SweepModule runs the sweep and prunes the event log, until stop.
+// SweepModule runs the sweep and prunes the event log and the payload
+// archive, until stop. Pruning runs beside the sweep, not in it: once a day
+// it walks the whole archive, which must not hold up timeouts and lease
+// lapses. The sweep's ticks pace it: the first tick prunes (so a server
+// started after a while away clears what aged out meanwhile at once), then
+// one tick a minute at most.
 var SweepModule = fx.Module("sweep",
 	fx.Invoke(func(lc fx.Lifecycle, cfg Config, svc *app.Service, config ports.Config, log *eventlog.Log, logger *zap.Logger) {
 		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
+		var wg sync.WaitGroup
+		due := make(chan time.Time, 1)
 		var lastPrune time.Time
-		prune := func(now time.Time) {
-			// Day files change once a day; looking once a minute is plenty.
-			if now.Sub(lastPrune) < time.Minute {
+		afterSweep := func(now time.Time) {
+			if !lastPrune.IsZero() && now.Sub(lastPrune) < time.Minute {
 				return
 			}
-			lastPrune = now
-			if err := log.Prune(now, cfg.LogDays); err != nil {
-				logger.Warn("prune event log", zap.Error(err))
+			select {
+			case due <- now:
+				lastPrune = now
+			default: // a prune is already waiting to run
+			}
+		}
+		prune := func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case now := <-due:
+					if err := log.Prune(ctx, now, cfg.LogDays); err != nil && ctx.Err() == nil {
+						logger.Warn("prune event log", zap.Error(err))
+					}
+				}
 			}
 		}
 		lc.Append(fx.Hook{
 			OnStart: func(context.Context) error {
-				go func() {
-					defer close(done)
-					svc.RunSweep(ctx, cfg.Sweep, config.Queues, prune)
-				}()
+				wg.Go(func() { svc.RunSweep(ctx, cfg.Sweep, config.Queues, afterSweep) })
+				wg.Go(prune)
 				return nil
 			},
 			OnStop: func(context.Context) error {
 				cancel()
-				<-done
+				wg.Wait()
 				return nil
 			},
 		})
@@ -287,11 +303,12 @@ type Ready struct{ atomic.Bool }
 // in flight finish for up to ShutdownGrace.
 var HTTPModule = fx.Module("httpapi",
 	fx.Provide(func() *Ready { return &Ready{} }),
-	fx.Provide(func(svc *app.Service, config ports.Config, m *metrics.Metrics, sockets httpapi.Sockets, logger *zap.Logger) *httpapi.API {
+	fx.Provide(func(cfg Config, svc *app.Service, config ports.Config, m *metrics.Metrics, sockets httpapi.Sockets, logger *zap.Logger) *httpapi.API {
 		return httpapi.New(svc, config, httpapi.Options{
 			Logger:     logger,
 			Middleware: []func(http.Handler) http.Handler{httpapi.RequestLog(logger.Named("http")), m.Middleware},
 			Sockets:    sockets,
+			Logs:       eventlog.NewReader(cfg.Logs),
 		})
 	}),
 	fx.Invoke(func(lc fx.Lifecycle, cfg Config, api *httpapi.API, svc *app.Service, ready *Ready, logger *zap.Logger) {
