@@ -6,6 +6,7 @@
 package eventlog
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -114,12 +115,44 @@ func (l *Log) file(day string) (*os.File, error) {
 	if f, ok := l.files[day]; ok {
 		return f, nil
 	}
-	f, err := os.OpenFile(filepath.Join(l.dir, day+".jsonl"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(filepath.Join(l.dir, day+".jsonl"), os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open day file: %w", err)
 	}
+	if err := cutTornTail(f); err != nil {
+		_ = f.Close()
+		return nil, err
+	}
 	l.files[day] = f
 	return f, nil
+}
+
+// cutTornTail cuts a line that a crash left half-written at the end of a day
+// file, so the next line does not run into it (which would make both
+// unreadable). That line's event was never flushed, so never acknowledged.
+func cutTornTail(f *os.File) error {
+	fi, err := f.Stat()
+	if err != nil || fi.Size() == 0 {
+		return err
+	}
+	// Lines are small; look back in growing steps for the last newline.
+	size := fi.Size()
+	for step := int64(4 << 10); ; step *= 4 {
+		from := max(0, size-step)
+		buf := make([]byte, size-from)
+		if _, err := f.ReadAt(buf, from); err != nil {
+			return fmt.Errorf("read day file tail: %w", err)
+		}
+		if buf[len(buf)-1] == '\n' {
+			return nil
+		}
+		if i := bytes.LastIndexByte(buf, '\n'); i >= 0 || from == 0 {
+			if err := f.Truncate(from + int64(i) + 1); err != nil {
+				return fmt.Errorf("cut torn line: %w", err)
+			}
+			return nil
+		}
+	}
 }
 
 // writeLine appends b in one write. A write that fails part-way (ENOSPC in

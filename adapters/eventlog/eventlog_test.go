@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -170,5 +171,40 @@ func assertLogUnavailable(tb testing.TB, err error) {
 	}
 	if de.Kind != domain.KindUnavailable || de.Code != "log_unavailable" {
 		tb.Errorf("error kind %v code %q, want unavailable log_unavailable", de.Kind, de.Code)
+	}
+}
+
+// TestTornTailIsCut: a line a crash left half-written at the end of a day
+// file is cut when the file is next opened, so the next line stays whole.
+func TestTornTailIsCut(t *testing.T) {
+	for _, c := range []struct{ name, before, want string }{
+		{"after whole lines", `{"id":"a"}` + "\n" + `{"id":"b","ev`, `{"id":"a"}` + "\n"},
+		{"the only line", `{"id":"b","ev`, ""},
+		{"nothing torn", `{"id":"a"}` + "\n", `{"id":"a"}` + "\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			at := time.Date(2026, 7, 26, 9, 0, 0, 0, time.UTC)
+			path := dayFile(dir, "2026-07-26")
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(c.before), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			l := mustOpen(t, dir)
+			if err := l.Append(context.Background(), eventAt(t, "00000000000000c1", at), false); err != nil {
+				t.Fatal(err)
+			}
+			data, _ := os.ReadFile(path)
+			got, ok := strings.CutSuffix(string(data), "\n")
+			line := got[strings.LastIndexByte(got, '\n')+1:]
+			if !ok || !strings.HasPrefix(string(data), c.want) || !json.Valid([]byte(line)) || len(data) <= len(c.want) {
+				t.Fatalf("day file after a torn tail:\n%s", data)
+			}
+			if string(data[:len(c.want)]) != c.want || !strings.Contains(line, "00000000000000c1") {
+				t.Fatalf("day file = %q, want %q then the new line", data, c.want)
+			}
+		})
 	}
 }
