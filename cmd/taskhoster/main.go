@@ -13,6 +13,14 @@ const usage = `taskhoster: durable task queues from a folder.
 Usage:
   taskhoster serve [flags]         serve the hosts folder (see serve -h)
   taskhoster check --hosts DIR     validate a hosts folder; non-zero exit on any error
+
+As a client (each takes --server URL, --host NAME, --token T, or
+TASKHOSTER_SERVER, TASKHOSTER_HOST, TASKHOSTER_TOKEN):
+  taskhoster post QUEUE [ITEM]     post ITEM (JSON; stdin when - or absent), print the id
+  taskhoster status QUEUE ID       print the task's status view as JSON
+  taskhoster watch QUEUE ID        print each status view as a JSON line until it ends
+  taskhoster work QUEUE --exec CMD [--concurrency N] [--query JSON] [--worker NAME] [--once]
+                                   run CMD (sh -c) per task: item on stdin, result on stdout
 `
 
 func main() {
@@ -31,6 +39,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(rest, stderr)
 	case "check":
 		return check(rest, stdout, stderr)
+	case "post":
+		return post(rest, os.Stdin, stdout, stderr)
+	case "status":
+		return status(rest, stdout, stderr)
+	case "watch":
+		return watch(rest, stdout, stderr)
+	case "work":
+		return work(rest, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,0 +1,284 @@
+// Package client talks to a Taskhoster server: producers post tasks, read
+// their status and watch them to the end; workers claim tasks, report
+// progress and hand in results, over HTTP one call at a time or through a
+// Worker that keeps claims open on the worker socket (SPEC §3, §4).
+//
+// A Client is safe for concurrent use. Every call takes a context; a
+// failure the server explains comes back as a *Error carrying its status,
+// code, message and schema violations.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Client is one server (and one host on it) seen with one token.
+type Client struct {
+	base  *url.URL // scheme and authority of the server; path "" or a prefix
+	err   error    // a bad server URL, reported by every call
+	host  string   // the Host header to send; "" sends the URL's host
+	token string
+	http  *http.Client
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHost sends name as the Host header, which picks the host folder on
+// the server. By default the server URL's host is sent.
+func WithHost(name string) Option { return func(c *Client) { c.host = name } }
+
+// WithToken authenticates every request with "Authorization: Bearer token".
+func WithToken(token string) Option { return func(c *Client) { c.token = token } }
+
+// WithHTTPClient makes requests with hc instead of http.DefaultClient. The
+// WebSocket dials reuse its transport's TLS and proxy settings when it is
+// an *http.Transport.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http = hc } }
+
+// New returns a client of the server at URL server (http or https). A bad
+// URL is not reported here but by every call, so New can be used inline.
+func New(server string, opts ...Option) *Client {
+	c := &Client{http: http.DefaultClient}
+	u, err := url.Parse(strings.TrimRight(server, "/"))
+	switch {
+	case err != nil:
+		c.err = fmt.Errorf("client: server URL %q: %w", server, err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		c.err = fmt.Errorf("client: server URL %q: scheme must be http or https", server)
+	case u.Host == "":
+		c.err = fmt.Errorf("client: server URL %q has no host", server)
+	default:
+		u.RawQuery, u.Fragment = "", ""
+		c.base = u
+	}
+	for _, opt := range opts {
+		opt(c)
+	}
+	return c
+}
+
+// View is what a producer sees of a task (SPEC §3, "the status view").
+// Times are Unix milliseconds.
+type View struct {
+	ID         string          `json:"id"`
+	Queue      string          `json:"queue"`
+	Status     string          `json:"status"` // pending, processing, finished or failed
+	Attempts   int             `json:"attempts"`
+	Progress   json.RawMessage `json:"progress"` // the last accepted progress, or null
+	Result     json.RawMessage `json:"result"`   // the result once finished, or null
+	Error      *string         `json:"error"`    // "timeout" when the queue timeout failed it
+	PostedAt   int64           `json:"postedAt"`
+	UpdatedAt  int64           `json:"updatedAt"`
+	FinishedAt *int64          `json:"finishedAt"`
+}
+
+// Terminal reports whether the task is finished or failed: nothing changes
+// it any more.
+func (v View) Terminal() bool { return v.Status == "finished" || v.Status == "failed" }
+
+// Lease says which worker holds a processing task and until when (Unix ms).
+type Lease struct {
+	Worker string `json:"worker"`
+	Until  int64  `json:"until"`
+}
+
+// Ack is the server's answer to a progress report or a result.
+type Ack struct {
+	// Accepted is false when the report came too late: the task is terminal
+	// (a result), or no longer processing under this worker (progress).
+	Accepted bool `json:"accepted"`
+	// Status is the task's status when not accepted.
+	Status string `json:"status,omitempty"`
+	// Lease is the extended lease after accepted progress.
+	Lease *Lease `json:"lease,omitempty"`
+}
+
+// Post posts item (encoded with encoding/json; pass a json.RawMessage to
+// send JSON text as is) to queue and returns the new task's id. It returns
+// once the server has stored the task durably.
+func (c *Client) Post(ctx context.Context, queue string, item any) (string, error) {
+	var created struct {
+		ID string `json:"id"`
+	}
+	if err := c.call(ctx, http.MethodPost, "/"+url.PathEscape(queue), item, &created); err != nil {
+		return "", fmt.Errorf("post to %s: %w", queue, err)
+	}
+	return created.ID, nil
+}
+
+// Status reads the status view of task id. Reading a finished or failed
+// task for the first time marks it fetched, which may start its retention.
+func (c *Client) Status(ctx context.Context, queue, id string) (View, error) {
+	var v View
+	if err := c.call(ctx, http.MethodGet, taskPath(queue, id), nil, &v); err != nil {
+		return View{}, fmt.Errorf("status of %s/%s: %w", queue, id, err)
+	}
+	return v, nil
+}
+
+// ClaimRequest asks for a task over HTTP.
+type ClaimRequest struct {
+	// Worker names the lease holder; "" lets the server use the user's name.
+	Worker string
+	// Query, if not nil, is a JSON Schema the item must match.
+	Query any
+	// Wait is how long the server may hold the request for a task to
+	// arrive (0 to 60 s; rounded to milliseconds).
+	Wait time.Duration
+}
+
+// ErrNoTask is returned by Claim when no matching task arrived in time.
+var ErrNoTask = errors.New("client: no task to claim")
+
+// Claim leases the oldest pending task of queue that matches req.Query, or
+// returns ErrNoTask when none arrived within req.Wait. The returned task's
+// Progress method reports over HTTP.
+func (c *Client) Claim(ctx context.Context, queue string, req ClaimRequest) (*Task, error) {
+	body := map[string]any{"wait": req.Wait.Seconds()}
+	if req.Worker != "" {
+		body["worker"] = req.Worker
+	}
+	if req.Query != nil {
+		body["query"] = req.Query
+	}
+	var claimed claim
+	err := c.call(ctx, http.MethodPost, "/"+url.PathEscape(queue)+"/claim", body, &claimed)
+	switch {
+	case errors.Is(err, errNoContent):
+		return nil, ErrNoTask
+	case err != nil:
+		return nil, fmt.Errorf("claim from %s: %w", queue, err)
+	}
+	t := claimed.task(queue)
+	t.report = httpReporter{c: c, queue: queue, worker: t.Lease.Worker}
+	return t, nil
+}
+
+// Progress reports progress on task id for worker, which must hold its
+// lease; an accepted report extends the lease.
+func (c *Client) Progress(ctx context.Context, queue, id, worker string, progress any) (Ack, error) {
+	return c.report(ctx, queue, id, "progress", worker, progress)
+}
+
+// Result hands in the result of task id. It is accepted whenever the task
+// is not yet finished or failed, whoever holds the lease: the first result
+// wins, and Ack.Accepted is false for any later one.
+func (c *Client) Result(ctx context.Context, queue, id, worker string, result any) (Ack, error) {
+	return c.report(ctx, queue, id, "result", worker, result)
+}
+
+func (c *Client) report(ctx context.Context, queue, id, kind, worker string, value any) (Ack, error) {
+	raw, err := marshal(value)
+	if err != nil {
+		return Ack{}, fmt.Errorf("%s of %s/%s: %w", kind, queue, id, err)
+	}
+	body := map[string]any{kind: raw}
+	if worker != "" {
+		body["worker"] = worker
+	}
+	var ack Ack
+	if err := c.call(ctx, http.MethodPost, taskPath(queue, id)+"/"+kind, body, &ack); err != nil {
+		return Ack{}, fmt.Errorf("%s of %s/%s: %w", kind, queue, id, err)
+	}
+	return ack, nil
+}
+
+// errNoContent is how call reports a 204, which only Claim expects.
+var errNoContent = errors.New("no content")
+
+// call sends one request with a JSON body (unless in is nil) and decodes a
+// 2xx JSON answer into out; any other answer becomes a *Error.
+func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
+	if c.err != nil {
+		return c.err
+	}
+	var body io.Reader
+	if in != nil {
+		data, err := marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.url("http", path), body)
+	if err != nil {
+		return fmt.Errorf("build request: %w", err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	c.authorize(req.Header)
+	req.Host = c.host
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err // already names the method and URL
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNoContent:
+		return errNoContent
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		return decodeError(resp)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decode the answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// url is the address of the escaped path on the server, with scheme
+// http(s) or, for scheme "ws", ws(s).
+func (c *Client) url(scheme, path string) string {
+	u := *c.base
+	if scheme == "ws" {
+		u.Scheme = map[string]string{"http": "ws", "https": "wss"}[u.Scheme]
+	}
+	return u.String() + path
+}
+
+func (c *Client) authorize(h http.Header) {
+	if c.token != "" {
+		h.Set("Authorization", "Bearer "+c.token)
+	}
+}
+
+func taskPath(queue, id string) string {
+	return "/" + url.PathEscape(queue) + "/" + url.PathEscape(id)
+}
+
+// marshal encodes v as JSON. A json.RawMessage is checked and compacted
+// rather than trusted, so malformed text fails here, not on the server.
+func marshal(v any) (json.RawMessage, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode as JSON: %w", err)
+	}
+	return data, nil
+}
+
+// claim is a task as the server hands it out, over HTTP and the socket.
+type claim struct {
+	ID       string          `json:"id"`
+	Item     json.RawMessage `json:"item"`
+	Attempts int             `json:"attempts"`
+	Lease    *Lease          `json:"lease"`
+}
+
+func (cl claim) task(queue string) *Task {
+	t := &Task{ID: cl.ID, Queue: queue, Item: cl.Item, Attempts: cl.Attempts}
+	if cl.Lease != nil {
+		t.Lease = *cl.Lease
+	}
+	return t
+}

@@ -1,0 +1,228 @@
+package client_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+
+	"github.com/gorilla/websocket"
+)
+
+// fakeQueue is a worker socket server for one queue, just faithful enough
+// to SPEC §4 to test the Worker without the real server: claims wait for
+// tasks, results are acked (the first wins), and the tasks leased on a
+// socket go back to pending when it closes.
+type fakeQueue struct {
+	t   *testing.T
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	pending  []fakeTask
+	leased   map[string]*fakeConn // task id -> the socket it was handed out on
+	items    map[string]fakeTask
+	results  map[string]json.RawMessage
+	claims   []fakeClaim // open claims, oldest first
+	conns    map[*fakeConn]bool
+	dials    int
+	refuse   func(dial int) int // an HTTP status to refuse the n-th dial (1-based) with, or 0
+	finished chan string        // each task id whose result was accepted
+	lastName string             // the ?worker= of the last dial
+	lastAuth string             // the Authorization header of the last dial
+	lastHost string
+}
+
+type fakeTask struct {
+	id   string
+	item json.RawMessage
+}
+
+type fakeClaim struct {
+	c   *fakeConn
+	ref json.RawMessage
+}
+
+type fakeConn struct {
+	ws *websocket.Conn
+	mu sync.Mutex // one writer at a time
+}
+
+func (c *fakeConn) send(m map[string]any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_ = c.ws.WriteJSON(m)
+}
+
+func newFakeQueue(t *testing.T) *fakeQueue { return startFakeQueue(t, false) }
+
+// newFakeQueueTLS serves over TLS with HTTP/2 enabled, as a real front
+// end would: the worker must still get an HTTP/1.1 WebSocket handshake.
+func newFakeQueueTLS(t *testing.T) *fakeQueue { return startFakeQueue(t, true) }
+
+func startFakeQueue(t *testing.T, tls bool) *fakeQueue {
+	f := &fakeQueue{
+		t: t, leased: map[string]*fakeConn{}, items: map[string]fakeTask{},
+		results: map[string]json.RawMessage{}, conns: map[*fakeConn]bool{},
+		finished: make(chan string, 1000),
+	}
+	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
+	if tls {
+		f.srv.EnableHTTP2 = true
+		f.srv.StartTLS()
+	} else {
+		f.srv.Start()
+	}
+	t.Cleanup(func() {
+		f.dropAll()
+		f.srv.Close()
+	})
+	return f
+}
+
+// add posts n tasks with items {"n": i}.
+func (f *fakeQueue) add(n int) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("%016x", len(f.items)+1)
+		task := fakeTask{id, json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))}
+		f.items[id] = task
+		f.pending = append(f.pending, task)
+		ids = append(ids, id)
+	}
+	f.dispatch()
+	return ids
+}
+
+// dispatch hands pending tasks to open claims. Call with f.mu held.
+func (f *fakeQueue) dispatch() {
+	for len(f.pending) > 0 && len(f.claims) > 0 {
+		task, cl := f.pending[0], f.claims[0]
+		f.pending, f.claims = f.pending[1:], f.claims[1:]
+		f.leased[task.id] = cl.c
+		cl.c.send(map[string]any{"type": "task", "ref": cl.ref, "id": task.id, "item": task.item,
+			"attempts": 1, "lease": map[string]any{"worker": "w", "until": 0}})
+	}
+}
+
+// dropAll cuts every open socket without a close frame, as a crash would.
+func (f *fakeQueue) dropAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for c := range f.conns {
+		c.ws.NetConn().Close()
+	}
+}
+
+func (f *fakeQueue) dialCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dials
+}
+
+func (f *fakeQueue) result(id string) json.RawMessage {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.results[id]
+}
+
+func (f *fakeQueue) serve(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	f.dials++
+	n := f.dials
+	f.lastName, f.lastAuth, f.lastHost = r.URL.Query().Get("worker"), r.Header.Get("Authorization"), r.Host
+	refuse := f.refuse
+	f.mu.Unlock()
+	if r.URL.Path != "/q/work" {
+		http.NotFound(w, r)
+		return
+	}
+	if refuse != nil {
+		if status := refuse(n); status != 0 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			fmt.Fprintf(w, `{"error":"refused","message":"dial %d refused","details":[]}`, n)
+			return
+		}
+	}
+	ws, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
+	if err != nil {
+		return
+	}
+	c := &fakeConn{ws: ws}
+	f.mu.Lock()
+	f.conns[c] = true
+	f.mu.Unlock()
+	defer f.hangUp(c)
+	for {
+		var m struct {
+			Type     string          `json:"type"`
+			Ref      json.RawMessage `json:"ref"`
+			ID       string          `json:"id"`
+			Progress json.RawMessage `json:"progress"`
+			Result   json.RawMessage `json:"result"`
+		}
+		if err := ws.ReadJSON(&m); err != nil {
+			return
+		}
+		f.handle(c, m.Type, m.Ref, m.ID, m.Result)
+	}
+}
+
+func (f *fakeQueue) handle(c *fakeConn, typ string, ref json.RawMessage, id string, result json.RawMessage) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch typ {
+	case "claim":
+		f.claims = append(f.claims, fakeClaim{c, ref})
+		f.dispatch()
+	case "progress":
+		c.send(map[string]any{"type": "ack", "ref": ref, "accepted": f.leased[id] == c})
+	case "result":
+		_, done := f.results[id]
+		if !done {
+			f.results[id] = result
+			delete(f.leased, id)
+			f.removePending(id)
+			f.finished <- id
+		}
+		c.send(map[string]any{"type": "ack", "ref": ref, "accepted": !done})
+	default:
+		c.send(map[string]any{"type": "error", "ref": ref, "error": "invalid_message", "message": "unknown type " + typ})
+	}
+}
+
+func (f *fakeQueue) removePending(id string) {
+	for i, task := range f.pending {
+		if task.id == id {
+			f.pending = append(f.pending[:i], f.pending[i+1:]...)
+			return
+		}
+	}
+}
+
+// hangUp forgets a closed socket: its claims are dropped and its leased
+// tasks go back to pending, as SPEC §4 says.
+func (f *fakeQueue) hangUp(c *fakeConn) {
+	c.ws.Close()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.conns, c)
+	open := f.claims[:0]
+	for _, cl := range f.claims {
+		if cl.c != c {
+			open = append(open, cl)
+		}
+	}
+	f.claims = open
+	for id, holder := range f.leased {
+		if holder == c {
+			delete(f.leased, id)
+			f.pending = append(f.pending, f.items[id])
+		}
+	}
+	f.dispatch()
+}

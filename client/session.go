@@ -1,0 +1,228 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+const (
+	// pingEvery is how often a worker pings the server. The server pings
+	// too (every 15 s), but pinging ourselves means a silent server is
+	// noticed even if it forgets to.
+	pingEvery = 15 * time.Second
+	// peerTimeout is how long a worker socket may stay silent (no message,
+	// ping or pong) before it counts as dropped: two missed pings and then
+	// some, like the server's 30 s.
+	peerTimeout = 45 * time.Second
+	// writeWait bounds one write, so a stuck peer cannot block a sender.
+	writeWait = 10 * time.Second
+)
+
+// errSessionClosed: the socket closed before the reply came. For a claim
+// that is harmless (the server drops it); progress and results are retried
+// or reported by the caller.
+var errSessionClosed = errors.New("worker socket closed")
+
+// message is every frame of the worker socket protocol (SPEC §4), in both
+// directions; each side fills the fields its type needs.
+type message struct {
+	Type     string          `json:"type"`
+	Ref      *int64          `json:"ref,omitempty"`
+	ID       string          `json:"id,omitempty"`
+	Query    json.RawMessage `json:"query,omitempty"`
+	Progress json.RawMessage `json:"progress,omitempty"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	// The server's replies.
+	Item     json.RawMessage `json:"item,omitempty"`
+	Attempts int             `json:"attempts,omitempty"`
+	Lease    *Lease          `json:"lease,omitempty"`
+	Accepted bool            `json:"accepted,omitempty"`
+	Status   string          `json:"status,omitempty"`
+	Error    string          `json:"error,omitempty"`
+	Message  string          `json:"message,omitempty"`
+	Details  []Violation     `json:"details,omitempty"`
+}
+
+// session is one open worker socket. It numbers each request with a ref,
+// writes requests one at a time (gorilla allows one writer), and a single
+// reader hands each reply to the request whose ref it echoes.
+type session struct {
+	conn    *websocket.Conn
+	log     *slog.Logger
+	started time.Time
+
+	wmu sync.Mutex // serialises writes
+
+	mu      sync.Mutex
+	nextRef int64
+	waiting map[int64]chan message
+
+	done chan struct{} // closed when the reader stops: the socket is gone
+	err  error         // why; written before done is closed
+}
+
+func newSession(conn *websocket.Conn, log *slog.Logger) *session {
+	s := &session{
+		conn: conn, log: log, started: time.Now(),
+		waiting: map[int64]chan message{}, done: make(chan struct{}),
+	}
+	alive := func() { _ = conn.SetReadDeadline(time.Now().Add(peerTimeout)) }
+	alive()
+	conn.SetPongHandler(func(string) error { alive(); return nil })
+	conn.SetPingHandler(func(data string) error {
+		alive()
+		err := conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(writeWait))
+		if errors.Is(err, websocket.ErrCloseSent) {
+			return nil
+		}
+		return err
+	})
+	go s.read(alive)
+	go s.ping()
+	return s
+}
+
+// read delivers replies until the socket fails, then wakes every waiter.
+func (s *session) read(alive func()) {
+	defer close(s.done)
+	for {
+		_, data, err := s.conn.ReadMessage()
+		if err != nil {
+			s.err = err
+			s.conn.Close()
+			return
+		}
+		alive()
+		var m message
+		if err := json.Unmarshal(data, &m); err != nil {
+			s.log.Warn("ignoring a worker socket message that is not JSON", "error", err)
+			continue
+		}
+		if m.Ref == nil {
+			s.log.Warn("ignoring a worker socket message without a ref", "type", m.Type, "code", m.Error, "message", m.Message)
+			continue
+		}
+		s.mu.Lock()
+		ch, ok := s.waiting[*m.Ref]
+		delete(s.waiting, *m.Ref)
+		s.mu.Unlock()
+		switch {
+		case ok:
+			ch <- m // buffered: never blocks
+		case m.Type == "task":
+			// Its claim was given up (the worker is draining): nobody runs
+			// it, and the server re-queues it when this socket closes.
+			s.log.Info("task arrived after its claim was given up; it goes back to the queue when the socket closes", "task", m.ID)
+		}
+	}
+}
+
+// ping keeps the connection observably alive in both directions.
+func (s *session) ping() {
+	t := time.NewTicker(pingEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+			if err := s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeWait)); err != nil {
+				s.conn.Close() // the reader notices and ends the session
+				return
+			}
+		}
+	}
+}
+
+// request sends m with a fresh ref and waits for the reply, the socket's
+// end, ctx's end or stop. A reply that has already arrived wins over the
+// others, so a task handed out as the worker stops is not silently lost
+// on the client side. An "error" reply becomes a *Error.
+func (s *session) request(ctx context.Context, m message, stop <-chan struct{}) (message, error) {
+	ch := make(chan message, 1)
+	s.mu.Lock()
+	s.nextRef++
+	ref := s.nextRef
+	s.waiting[ref] = ch
+	s.mu.Unlock()
+	m.Ref = &ref
+
+	if err := s.write(m); err != nil {
+		s.forget(ref)
+		return message{}, err
+	}
+	var err error
+	select {
+	case reply := <-ch:
+		return checkReply(reply)
+	case <-s.done:
+		err = fmt.Errorf("%w: %v", errSessionClosed, s.err)
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-stop:
+		err = errStopped
+	}
+	s.forget(ref)
+	select {
+	case reply := <-ch:
+		return checkReply(reply)
+	default:
+		return message{}, err
+	}
+}
+
+func checkReply(m message) (message, error) {
+	if m.Type == "error" {
+		return m, &Error{Code: m.Error, Message: m.Message, Details: m.Details}
+	}
+	return m, nil
+}
+
+func (s *session) forget(ref int64) {
+	s.mu.Lock()
+	delete(s.waiting, ref)
+	s.mu.Unlock()
+}
+
+func (s *session) write(m message) error {
+	data, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode a %s message: %w", m.Type, err)
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	_ = s.conn.SetWriteDeadline(time.Now().Add(writeWait))
+	if err := s.conn.WriteMessage(websocket.TextMessage, data); err != nil {
+		s.conn.Close() // a failed write leaves the stream unusable
+		return fmt.Errorf("%w: %v", errSessionClosed, err)
+	}
+	return nil
+}
+
+func (s *session) closed() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// close says goodbye with code 1000, waits briefly for the server's close
+// frame (which the reader sees as the end), then drops the connection.
+func (s *session) close() {
+	closeGracefully(s.conn)
+	select {
+	case <-s.done:
+	case <-time.After(closeWait):
+	}
+	s.conn.Close()
+	<-s.done
+}

@@ -1,0 +1,52 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+)
+
+// Task is a task leased to a worker: what it has to do and the lease it
+// holds while it does it.
+type Task struct {
+	ID       string
+	Queue    string
+	Item     json.RawMessage // the item as posted
+	Attempts int             // how many times it was claimed, this claim included
+	Lease    Lease
+
+	// report sends progress the way the task was claimed: over HTTP, or
+	// over the worker socket.
+	report reporter
+}
+
+type reporter interface {
+	progress(ctx context.Context, id string, value json.RawMessage) (Ack, error)
+}
+
+// Progress reports v (encoded with encoding/json) as the task's progress,
+// which also extends the lease. accepted is false when the lease is gone:
+// the task lapsed back to the queue, the worker socket it was claimed on
+// dropped (which re-queues it), or someone finished it; a handler may then
+// stop early, since its result will probably not count.
+func (t *Task) Progress(ctx context.Context, v any) (accepted bool, err error) {
+	raw, err := marshal(v)
+	if err != nil {
+		return false, fmt.Errorf("progress of %s/%s: %w", t.Queue, t.ID, err)
+	}
+	if t.report == nil {
+		return false, fmt.Errorf("progress of %s/%s: the task was not claimed through this package", t.Queue, t.ID)
+	}
+	ack, err := t.report.progress(ctx, t.ID, raw)
+	return ack.Accepted, err
+}
+
+// httpReporter reports progress of a task claimed over HTTP.
+type httpReporter struct {
+	c             *Client
+	queue, worker string
+}
+
+func (r httpReporter) progress(ctx context.Context, id string, value json.RawMessage) (Ack, error) {
+	return r.c.Progress(ctx, r.queue, id, r.worker, value)
+}
