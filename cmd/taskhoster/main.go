@@ -21,6 +21,7 @@ TASKHOSTER_SERVER, TASKHOSTER_HOST, TASKHOSTER_TOKEN):
   taskhoster watch QUEUE ID        print each status view as a JSON line until it ends
   taskhoster work QUEUE --exec CMD [--concurrency N] [--query JSON] [--worker NAME] [--once]
                                    run CMD (sh -c) per task: item on stdin, result on stdout
+  taskhoster logs pull|serve       mirror the event log locally and browse it (see logs -h)
 `
 
 func main() {
@@ -47,6 +48,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return watch(rest, stdout, stderr)
 	case "work":
 		return work(rest, stderr)
+	case "logs":
+		return logsCmd(rest, stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

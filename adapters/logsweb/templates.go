@@ -1,0 +1,132 @@
+package logsweb
+
+import (
+	"html/template"
+	"strconv"
+	"time"
+)
+
+// parsePages parses the page templates. They are constants of this
+// package, so a failure is a bug that every test run would show.
+func parsePages() *template.Template {
+	funcs := template.FuncMap{
+		"taskURL": taskURL,
+		"when":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05.000") },
+		"iso":     func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
+		"size":    size,
+	}
+	return template.Must(template.New("pages").Funcs(funcs).Parse(pagesHTML))
+}
+
+// size shows a byte count; 0 (no such payload yet) as a dash.
+func size(n int64) string {
+	if n == 0 {
+		return "–"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// pagesHTML holds every page. "head" and "foot" frame them; the style is
+// inline because the pages load nothing else.
+const pagesHTML = `
+{{define "head"}}<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{{.}} · Task Logs</title>
+<style>
+body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5rem; color: #222; }
+h1 { font-size: 1.4rem; margin: 0 0 1rem; } h1 a { color: inherit; text-decoration: none; }
+h2 { font-size: 1.1rem; margin: 1.5rem 0 .5rem; }
+form.filter { display: flex; flex-wrap: wrap; gap: .5rem 1rem; align-items: end; margin-bottom: 1rem; }
+form.filter label { display: flex; flex-direction: column; font-size: .8rem; color: #555; }
+form.filter input, form.filter select { font: inherit; padding: .2rem .3rem; }
+table { border-collapse: collapse; width: 100%; }
+th, td { text-align: left; padding: .25rem .5rem; border-bottom: 1px solid #ddd; white-space: nowrap; }
+th { background: #f4f4f4; font-weight: 600; } td.num, th.num { text-align: right; }
+code, .mono { font-family: ui-monospace, monospace; }
+.error { background: #fde8e8; border: 1px solid #e0a0a0; padding: .5rem .75rem; }
+nav.pages { margin: 1rem 0; display: flex; gap: 1rem; }
+.muted { color: #777; }
+</style>
+</head>
+<body>
+<h1><a href="/">Task Logs</a></h1>
+{{end}}
+
+{{define "foot"}}<p class="muted">Times are UTC. This page reads only the local mirror; pull more with <code>taskhoster logs pull</code>.</p>
+</body>
+</html>
+{{end}}
+
+{{define "sizes"}}<td class="num">{{size .Item}}</td><td class="num">{{size .Progress}}</td><td class="num">{{size .Result}}</td><td class="num">{{size .Error}}</td>{{end}}
+
+{{define "list"}}{{template "head" "Events"}}
+<form class="filter" method="get" action="/">
+  <label>host <input name="host" id="host" value="{{.Form.Host}}" size="18"></label>
+  <label>queue <input name="queue" id="queue" value="{{.Form.Queue}}" size="12"></label>
+  <label>task id <input name="id" id="id" value="{{.Form.ID}}" size="17" class="mono"></label>
+  <label>event <select name="event" id="event">
+    <option value="">any</option>
+    {{- $ev := .Form.Event}}{{range .Events}}
+    <option{{if eq (print .) $ev}} selected{{end}}>{{.}}</option>{{end}}
+  </select></label>
+  <label>worker <input name="worker" id="worker" value="{{.Form.Worker}}" size="12"></label>
+  <label>from (UTC) <input type="datetime-local" step="1" name="from" id="from" value="{{.Form.From}}"></label>
+  <label>to (UTC, before) <input type="datetime-local" step="1" name="to" id="to" value="{{.Form.To}}"></label>
+  <button type="submit" id="apply">Filter</button>
+  <a href="/">Clear</a>
+</form>
+{{if .Error}}<p class="error" id="error">{{.Error}}</p>{{end}}
+<table id="events">
+<thead><tr><th>time</th><th>host</th><th>queue</th><th>task</th><th>event</th><th>status</th>
+<th class="num">attempts</th><th>worker</th>
+<th class="num">item</th><th class="num">progress</th><th class="num">result</th><th class="num">error</th></tr></thead>
+<tbody>
+{{range .Lines}}<tr class="event">
+<td><time datetime="{{iso .At}}">{{when .At}}</time></td><td>{{.Host}}</td><td>{{.Queue}}</td>
+<td><a class="task mono" href="{{taskURL .Host .Queue .ID}}">{{.ID}}</a></td>
+<td>{{.Event}}</td><td>{{.Status}}</td><td class="num">{{.Attempts}}</td><td>{{.Worker}}</td>
+{{template "sizes" .Bytes}}
+</tr>
+{{else}}<tr><td colspan="12" class="muted">{{if not .Error}}No events match.{{end}}</td></tr>
+{{end}}</tbody>
+</table>
+<p class="muted">Sizes are the payloads' bytes as each event reports them.</p>
+<nav class="pages">
+{{if .Newest}}<a href="{{.Newest}}" id="newest">« newest</a>{{end}}
+{{if .Newer}}<a href="{{.Newer}}" id="newer">‹ newer</a>{{end}}
+{{if .Older}}<a href="{{.Older}}" id="older">older ›</a>{{end}}
+</nav>
+{{template "foot"}}{{end}}
+
+{{define "task"}}{{template "head" (print "Task " .ID)}}
+<p>Task <code id="task-id">{{.ID}}</code> of queue <b>{{.Queue}}</b> on <b>{{.Host}}</b>.
+<a href="{{.ListURL}}">Its events in the list</a>.</p>
+<h2>Trail</h2>
+<table id="trail">
+<thead><tr><th>time</th><th>event</th><th>status</th><th class="num">attempts</th><th>worker</th>
+<th class="num">item</th><th class="num">progress</th><th class="num">result</th><th class="num">error</th>
+<th>archived</th></tr></thead>
+<tbody>
+{{$page := .}}{{range .Lines}}<tr class="event">
+<td><time datetime="{{iso .At}}">{{when .At}}</time></td><td>{{.Event}}</td><td>{{.Status}}</td>
+<td class="num">{{.Attempts}}</td><td>{{.Worker}}</td>
+{{template "sizes" .Bytes}}
+<td>{{range .Archived}}{{$url := $page.PayloadURL .}}{{if $url}}<a class="payload" href="{{$url}}" target="_blank" rel="noopener">{{.}}</a> {{else}}<span class="muted" title="not in the mirror">{{.}}</span> {{end}}{{end}}</td>
+</tr>
+{{end}}</tbody>
+</table>
+<p class="muted">Sizes are bytes as each event reported them; archived bodies open in a new tab.</p>
+{{if .Payloads}}<h2>Archived payloads</h2>
+<ul id="payloads">
+{{range .Payloads}}<li>{{if .Stored}}<a class="payload" href="{{$page.FileURL .File}}" target="_blank" rel="noopener">{{.File}}</a> <span class="muted">{{.Size}} bytes</span>{{else}}{{.File}} <span class="muted">(not in the mirror: not fetched yet, or aged out on the server first)</span>{{end}}</li>
+{{end}}</ul>{{end}}
+{{template "foot"}}{{end}}
+
+{{define "message"}}{{template "head" .Title}}
+<p class="error">{{.Text}}</p>
+<p><a href="/">Back to the events</a></p>
+{{template "foot"}}{{end}}
+`

@@ -1,0 +1,157 @@
+package tasklog_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/domain/tasklog"
+)
+
+// seedLine is the example line of the seed "Store" document.
+const seedLine = `{"t":1751500012,"at":"2026-07-26T09:06:52.004Z","host":"task.example.com","queue":"resize","id":"9f2c1a0b7d4e6f83","event":"result","status":"finished","attempts":1,"worker":"box-1","bytes":{"item":74,"progress":14,"result":2048,"error":0},"archived":["result"]}`
+
+func TestParseLineReadsTheSeedLine(t *testing.T) {
+	got, err := tasklog.ParseLine([]byte(seedLine))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := tasklog.Line{
+		T:        1751500012,
+		At:       time.Date(2026, 7, 26, 9, 6, 52, 4e6, time.UTC),
+		Host:     "task.example.com",
+		Queue:    "resize",
+		ID:       "9f2c1a0b7d4e6f83",
+		Event:    domain.EventResult,
+		Status:   domain.Finished,
+		Attempts: 1,
+		Worker:   "box-1",
+		Bytes:    tasklog.Sizes{Item: 74, Progress: 14, Result: 2048},
+		Archived: []string{"result"},
+		Raw:      seedLine,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ParseLine (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseLine(t *testing.T) {
+	cases := []struct {
+		name, line string
+		ok         bool
+		check      func(t *testing.T, l tasklog.Line)
+	}{
+		{"no worker, no archive", `{"t":1,"host":"h.example","queue":"q","id":"0123456789abcdef","event":"posted","worker":null}`, true,
+			func(t *testing.T, l tasklog.Line) {
+				if l.Worker != "" || l.Archived != nil || !l.At.Equal(time.Unix(1, 0)) {
+					t.Errorf("worker %q, archived %v, at %v", l.Worker, l.Archived, l.At)
+				}
+			}},
+		{"an unknown event and field are kept", `{"t":1,"host":"h","queue":"q","id":"0123456789abcdef","event":"paused","new":1}`, true,
+			func(t *testing.T, l tasklog.Line) {
+				if l.Event != "paused" {
+					t.Errorf("event %q", l.Event)
+				}
+			}},
+		{"odd archived kinds are dropped", `{"t":1,"host":"h","queue":"q","id":"0123456789abcdef","event":"posted","archived":["item","../x",""]}`, true,
+			func(t *testing.T, l tasklog.Line) {
+				if diff := cmp.Diff([]string{"item"}, l.Archived); diff != "" {
+					t.Errorf("archived (-want +got):\n%s", diff)
+				}
+			}},
+		{"not JSON", `{"t":`, false, nil},
+		{"no t", `{"host":"h","queue":"q","id":"0123456789abcdef","event":"posted"}`, false, nil},
+		{"a host that climbs", `{"t":1,"host":"../etc","queue":"q","id":"0123456789abcdef","event":"posted"}`, false, nil},
+		{"a bad queue", `{"t":1,"host":"h","queue":"Q/../x","id":"0123456789abcdef","event":"posted"}`, false, nil},
+		{"a bad id", `{"t":1,"host":"h","queue":"q","id":"0123","event":"posted"}`, false, nil},
+		{"a bad event", `{"t":1,"host":"h","queue":"q","id":"0123456789abcdef","event":"<b>"}`, false, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := tasklog.ParseLine([]byte(tc.line))
+			if (err == nil) != tc.ok {
+				t.Fatalf("err = %v, want ok %v", err, tc.ok)
+			}
+			if tc.check != nil {
+				tc.check(t, l)
+			}
+		})
+	}
+}
+
+func FuzzParseLine(f *testing.F) {
+	f.Add([]byte(seedLine))
+	f.Add([]byte(`{"t":1,"host":"h","queue":"q","id":"0123456789abcdef","event":"posted","archived":["item"]}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		l, err := tasklog.ParseLine(raw)
+		if err != nil {
+			return
+		}
+		// What becomes a URL or a file name has the server's form.
+		if !domain.ValidHost(l.Host) || !domain.ValidName(l.Queue) || !domain.ValidID(l.ID) {
+			t.Errorf("accepted names %q %q %q", l.Host, l.Queue, l.ID)
+		}
+		for _, kind := range l.Archived {
+			if file, ok := tasklog.PayloadFile(kind); ok && !tasklog.ValidPayloadFile(file) {
+				t.Errorf("kind %q gives file %q", kind, file)
+			}
+		}
+	})
+}
+
+func TestCanonicalHost(t *testing.T) {
+	for in, want := range map[string]string{
+		"task.example.com":                "task.example.com",
+		"Task.Example.COM:8080":           "task.example.com",
+		"task.example.com.localhost:8080": "task.example.com",
+		"localhost:8080":                  "localhost",
+		"127.0.0.1:8080":                  "127.0.0.1",
+		"[::1]:8080":                      "[::1]",
+	} {
+		if got := tasklog.CanonicalHost(in); got != want {
+			t.Errorf("CanonicalHost(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestPositionRoundTrip(t *testing.T) {
+	p := tasklog.Position{Millis: 1751500012004, Seq: 42}
+	got, err := tasklog.ParsePosition(p.String())
+	if err != nil || got != p {
+		t.Errorf("ParsePosition(%q) = %v, %v", p.String(), got, err)
+	}
+	for _, bad := range []string{"", "12", "a-1", "1-b", "1--1", "1-2-3"} {
+		if _, err := tasklog.ParsePosition(bad); domain.KindOf(err) != domain.KindInvalid {
+			t.Errorf("ParsePosition(%q): err = %v, want KindInvalid", bad, err)
+		}
+	}
+}
+
+func TestPayloadFiles(t *testing.T) {
+	for kind, file := range map[string]string{"item": "item.json", "progress": "progress.jsonl",
+		"result": "result.json", "error": "error.json"} {
+		got, ok := tasklog.PayloadFile(kind)
+		if !ok || got != file || !tasklog.ValidPayloadFile(file) {
+			t.Errorf("PayloadFile(%q) = %q, %v", kind, got, ok)
+		}
+	}
+	if _, ok := tasklog.PayloadFile("video"); ok {
+		t.Errorf("an unknown kind has a file")
+	}
+	if tasklog.ValidPayloadFile("../item.json") {
+		t.Errorf("a path is a payload file")
+	}
+	if tasklog.ContentType("progress.jsonl") != "application/x-ndjson" || tasklog.ContentType("item.json") != "application/json" {
+		t.Errorf("content types")
+	}
+}
+
+func TestCursorOrder(t *testing.T) {
+	if !(tasklog.Cursor{Offset: 10, Skip: 3}).Less(tasklog.Cursor{Offset: 11}) ||
+		!(tasklog.Cursor{Offset: 10}).Less(tasklog.Cursor{Offset: 10, Skip: 1}) ||
+		(tasklog.Cursor{Offset: 10}).Less(tasklog.Cursor{Offset: 10}) {
+		t.Errorf("Cursor.Less is not offset, then skip")
+	}
+}
