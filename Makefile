@@ -3,6 +3,8 @@
 #   make run                  serve examples/hosts on 127.0.0.1:8080
 #   make test                 vet, then every test with the race detector
 #   make fuzz FUZZTIME=2m     every Fuzz target, one after the other
+#   make faults FAULT_CYCLES=100  kill -9 the server that often under load, then
+#                             check no task was lost or finished twice
 
 GO       ?= go
 FUZZTIME ?= 30s
@@ -11,7 +13,7 @@ BIN      := bin/taskhoster
 # The Go toolchain's usual home, for shells that do not have it on PATH.
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: build run test fuzz bench clean
+.PHONY: build run test fuzz faults bench clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/taskhoster
@@ -38,6 +40,15 @@ fuzz:
 			$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg; \
 		done; \
 	done
+
+# The fault harness (tests/faults) at length: FAULT_CYCLES SIGKILLs at random
+# moments, each followed by a restart on the same folders and port, then a
+# drain and a check of every client's history against the store and the
+# event log. `make test` runs the same test with 5 cycles. FAULT_SEED repeats
+# a run's schedule of kills. Prints one summary line, "faults: ...".
+FAULT_CYCLES ?= 50
+faults:
+	FAULT_CYCLES=$(FAULT_CYCLES) $(GO) test -race -count=1 -v -run '^TestFaults$$' -timeout 3h ./tests/faults
 
 # Placeholder until the benchmarks land: runs every Benchmark once over.
 bench:

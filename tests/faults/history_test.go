@@ -1,0 +1,119 @@
+package faults
+
+import "sync"
+
+// What a client was told about something it sent. Only "acked" and
+// "accepted" are promises; "unknown" means no answer came (the server died
+// with the request in flight, or its reply), so it may or may not have
+// happened.
+type outcome string
+
+const (
+	acked    outcome = "acked"    // a post answered 201 with an id
+	unsent   outcome = "unsent"   // the connection was refused: it never reached a server
+	accepted outcome = "accepted" // a result answered accepted: true
+	rejected outcome = "rejected" // a result answered accepted: false
+	unknown  outcome = "unknown"  // no answer, or an error answer: it may have happened
+)
+
+// postRecord is one item a producer posted.
+type postRecord struct {
+	Client  string
+	Tag     string // the item's "tag", unique across the run
+	Outcome outcome
+	ID      string // when acked
+	Status  int    // the HTTP status, when there was an answer
+}
+
+// claimRecord is one task a worker was handed.
+type claimRecord struct {
+	Client   string
+	ID       string
+	Attempts int
+}
+
+// resultRecord is one result a worker sent (or sent again: a resend keeps
+// its tag, so the checker can tell which send the stored result came from).
+type resultRecord struct {
+	Client  string
+	ID      string
+	Tag     string // the result's "tag", unique per result body
+	Outcome outcome
+	Status  string // the task's status given with a refusal
+}
+
+// readRecord is one status read of a task whose post was acknowledged.
+type readRecord struct {
+	Client string
+	ID     string
+	Status int // the HTTP status
+}
+
+// history is what one client sent and what it was told, in order. Clients
+// run goroutines of their own, so it is guarded.
+type history struct {
+	mu      sync.Mutex
+	posts   []postRecord
+	claims  []claimRecord
+	results []resultRecord
+	reads   []readRecord
+}
+
+func (h *history) post(r postRecord) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.posts = append(h.posts, r)
+}
+
+func (h *history) claim(r claimRecord) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.claims = append(h.claims, r)
+}
+
+func (h *history) result(r resultRecord) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.results = append(h.results, r)
+}
+
+func (h *history) read(r readRecord) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.reads = append(h.reads, r)
+}
+
+// ackedIDs lists the ids of this client's acknowledged posts so far.
+func (h *history) ackedIDs() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var ids []string
+	for _, p := range h.posts {
+		if p.Outcome == acked {
+			ids = append(ids, p.ID)
+		}
+	}
+	return ids
+}
+
+// histories is every client's history merged, for the checker. Call it
+// once the clients have stopped.
+type histories struct {
+	posts   []postRecord
+	claims  []claimRecord
+	results []resultRecord
+	reads   []readRecord
+}
+
+func merge(hs []*history) histories {
+	var all histories
+	for _, h := range hs {
+		h.mu.Lock()
+		all.posts = append(all.posts, h.posts...)
+		all.claims = append(all.claims, h.claims...)
+		all.results = append(all.results, h.results...)
+		all.reads = append(all.reads, h.reads...)
+		h.mu.Unlock()
+	}
+	return all
+}

@@ -1,0 +1,6 @@
+//go:build race
+
+package faults
+
+// raceEnabled builds the server under test with the race detector too.
+const raceEnabled = true
