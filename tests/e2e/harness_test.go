@@ -17,32 +17,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/taskhoster/taskhoster/tests/testbin"
 )
 
 // binary is the taskhoster binary built once for the whole package.
 var binary string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "taskhoster-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "taskhoster")
-	args := []string{"build", "-o", binary}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	build := exec.Command("go", append(args, "../../cmd/taskhoster")...)
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build taskhoster:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testbin.Main(m, raceEnabled, &binary)) }
 
 // Tokens of the fixture users.
 const (
@@ -156,15 +138,15 @@ func (s *server) readLog(r io.Reader, listening chan struct{}) {
 		s.mu.Lock()
 		s.stderr.WriteString(line + "\n")
 		s.mu.Unlock()
-		var entry struct{ Msg, Listener, Addr string }
-		if json.Unmarshal([]byte(line), &entry) != nil || entry.Msg != "listening" {
+		listener, addr, ok := testbin.Listening(line)
+		if !ok {
 			continue
 		}
 		s.mu.Lock()
-		if entry.Listener == "api" {
-			s.url = "http://" + entry.Addr
+		if listener == "api" {
+			s.url = "http://" + addr
 		} else {
-			s.admin = "http://" + entry.Addr
+			s.admin = "http://" + addr
 		}
 		both := s.url != "" && s.admin != ""
 		s.mu.Unlock()
