@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -52,6 +54,7 @@ type batch struct {
 func New(dirs ...string) (*Syncer, error) {
 	seen := map[uint64]bool{}
 	var files []*os.File
+	trailing := 0
 	fail := func(err error) (*Syncer, error) {
 		for _, f := range files {
 			_ = f.Close()
@@ -74,13 +77,10 @@ func New(dirs ...string) (*Syncer, error) {
 		}
 		seen[st.Dev] = true
 		files = append(files, f)
+		if needsTrailingFlush(f, st.Dev) {
+			trailing = 1
+		}
 	}
-	// On ext4 without a journal, syncfs issues the device's cache flush
-	// before its last write-out of the metadata buffers (inode tables,
-	// directory blocks), so only the next syncfs's cache flush is known to
-	// cover a rename. A batch is therefore released after the flush that
-	// served it and the one after it (trailing 1); under load the flushes run
-	// back to back, so this costs latency, not throughput.
 	s := NewFunc(func() error {
 		var errs []error
 		for _, f := range files {
@@ -89,10 +89,54 @@ func New(dirs ...string) (*Syncer, error) {
 			}
 		}
 		return errors.Join(errs...)
-	}, 1)
+	}, trailing)
 	s.files = files
 	return s, nil
 }
+
+// ext2/3/4 share this statfs magic number.
+const extMagic = 0xEF53
+
+// needsTrailingFlush reports whether one syncfs is not enough on f's
+// filesystem. On ext4 without a journal, syncfs issues the device's cache
+// flush before its last write-out of the metadata buffers (inode tables,
+// directory blocks), so only the next syncfs's cache flush is known to
+// cover a rename: a batch must then wait for the flush that served it and
+// the one after it (under load they run back to back, so this costs
+// latency, not throughput). With a journal, syncfs commits it with a cache
+// flush that covers the metadata, and one flush is enough; so it is on
+// filesystems whose sync forces their own log (XFS, btrfs). A journaled
+// ext filesystem has an entry /proc/fs/jbd2/<device>-<journal inode>.
+func needsTrailingFlush(f *os.File, dev uint64) bool {
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &fs); err != nil || fs.Type != extMagic {
+		return err != nil // unknown: be safe
+	}
+	name := deviceName(dev)
+	if name == "" {
+		return true
+	}
+	journals, _ := filepath.Glob("/proc/fs/jbd2/" + name + "-*")
+	return len(journals) == 0
+}
+
+// deviceName is the kernel's name (vda, loop0) of the block device dev.
+func deviceName(dev uint64) string {
+	uevent, err := os.ReadFile(fmt.Sprintf("/sys/dev/block/%d:%d/uevent", unix.Major(dev), unix.Minor(dev)))
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(uevent), "\n") {
+		if name, ok := strings.CutPrefix(line, "DEVNAME="); ok {
+			return name
+		}
+	}
+	return ""
+}
+
+// Trailing reports how many flushes after the one serving a batch it waits
+// for (1 on ext4 without a journal, else 0); for logs and benchmarks.
+func (s *Syncer) Trailing() int { return s.trailing }
 
 // NewFunc returns a Syncer that group-commits calls to flush: for tests, and
 // for anything that is made durable some other way than syncfs. trailing is
