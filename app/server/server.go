@@ -144,7 +144,7 @@ var StoreModule = fx.Module("fsstore",
 // SyncModule provides group commit over the items and logs filesystems, or
 // nothing at all under --sync none.
 var SyncModule = fx.Module("durable",
-	fx.Provide(func(lc fx.Lifecycle, cfg Config) (ports.Syncer, error) {
+	fx.Provide(func(lc fx.Lifecycle, cfg Config, logger *zap.Logger) (ports.Syncer, error) {
 		if cfg.Sync == "none" {
 			return durable.None{}, nil
 		}
@@ -155,6 +155,7 @@ var SyncModule = fx.Module("durable",
 		if err != nil {
 			return nil, err
 		}
+		logger.Info("group commit with syncfs", zap.Int("trailingFlushes", s.Trailing()))
 		lc.Append(fx.StopHook(s.Close))
 		return s, nil
 	}),
@@ -212,7 +213,9 @@ type depths struct {
 }
 
 // ServiceModule builds the use cases and, once everything is open, logs a
-// failed event for each corrupt task file the store set aside at start-up.
+// failed event for each corrupt task file the store set aside at start-up,
+// then appends the event lines a crash cut (app.Service.RepairLog), so the
+// log agrees with the store before the listeners start and the sweep runs.
 var ServiceModule = fx.Module("app",
 	fx.Provide(func(d struct {
 		fx.In
@@ -232,7 +235,7 @@ var ServiceModule = fx.Module("app",
 			MaxWaiting: d.Config.MaxWaiting,
 		})
 	}),
-	fx.Invoke(func(lc fx.Lifecycle, svc *app.Service, store *fsstore.Store, logger *zap.Logger) {
+	fx.Invoke(func(lc fx.Lifecycle, cfg Config, svc *app.Service, store *fsstore.Store, config ports.Config, logger *zap.Logger) {
 		lc.Append(fx.StartHook(func(ctx context.Context) error {
 			for _, c := range store.Recovered() {
 				logger.Warn("corrupt task file moved aside", zap.String("path", c.Path), zap.Error(c.Err))
@@ -240,7 +243,10 @@ var ServiceModule = fx.Module("app",
 					return err
 				}
 			}
-			return nil
+			// The corrupt reports go first: a task set aside has its failed
+			// line by then, and is not taken for one whose clean was cut.
+			_, err := svc.RepairLog(ctx, config.Queues(), eventlog.NewReader(cfg.Logs))
+			return err
 		}))
 	}),
 )

@@ -93,7 +93,12 @@ type process struct {
 	trouble  []string       // lines that mean a bug whatever the test: panics, data races
 	errors   map[string]int // error-level log messages and how often each came
 	bindFail bool           // it could not bind the port (a restart came too soon)
+	mended   []event        // the event lines its start-up repair appended
 }
+
+// repairedMsg is what a server logs for each event line its start-up
+// repair appended (app.Service.RepairLog), with the event and the task id.
+const repairedMsg = "event log repaired: appended the line a crash cut"
 
 // tailLines is how much of a server's log is kept for failure messages.
 const tailLines = 40
@@ -129,7 +134,7 @@ func (p *process) readLog(r io.Reader) {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		var entry struct{ Level, Msg, Listener, Error string }
+		var entry struct{ Level, Msg, Listener, Error, Event, ID string }
 		isJSON := json.Unmarshal([]byte(line), &entry) == nil
 		p.mu.Lock()
 		p.tail = append(p.tail, line)
@@ -141,6 +146,9 @@ func (p *process) readLog(r io.Reader) {
 			p.trouble = append(p.trouble, line)
 		case isJSON && (entry.Level == "error" || entry.Level == "dpanic" || entry.Level == "fatal"):
 			p.errors[entry.Msg]++
+		}
+		if isJSON && entry.Msg == repairedMsg {
+			p.mended = append(p.mended, event{ID: entry.ID, Event: entry.Event})
 		}
 		if strings.Contains(line, "address already in use") {
 			p.bindFail = true
@@ -213,20 +221,28 @@ func (p *process) diedOnItsOwn() bool {
 // process), but any process's outgoing connection may since have been given
 // the same number as its local port, which blocks the bind for a while: a
 // failed bind is retried with a growing pause rather than failing the run.
+//
+// A server that failed to bind had already run its start-up repair, so what
+// it mended is handed on to the one that listens.
 func start(f folders, port int) (*process, error) {
 	const tries = 10
 	var err error
+	var mended []event
 	for try := range tries {
 		var p *process
 		if p, err = spawn(f, port); err != nil {
 			return nil, err
 		}
 		if err = p.waitListening(60 * time.Second); err == nil {
+			p.mu.Lock()
+			p.mended = append(mended, p.mended...)
+			p.mu.Unlock()
 			return p, nil
 		}
 		p.kill()
 		p.mu.Lock()
 		retry := p.bindFail
+		mended = append(mended, p.mended...)
 		p.mu.Unlock()
 		if !retry {
 			return nil, err

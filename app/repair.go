@@ -1,0 +1,417 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/domain/tasklog"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+// Repairing the event log at start-up.
+//
+// A transition is written to the store first and to the event log second,
+// both under its queue's lock (see transition), and neither is flushed
+// before the next transition of the queue may begin. So a crash can leave a
+// stored change without its line, and only one per queue: the queue's most
+// recent store write. RepairLog finds that write and appends the line it
+// lacks, so that the log tells the store's story again before anyone is
+// served.
+//
+// The most recent store write of a queue is
+//   - a change to the task with the newest c(T) = max(updatedAt, fetchedAt):
+//     every transition but a clean stamps one of the two with its time, and
+//     the queue's lock hands out transitions one at a time in time order;
+//   - or the delete of a clean, which leaves no task to look at. If the
+//     queue's last line is of a task the store no longer holds, and is not
+//     its cleaned line, that clean was cut. (When the sweep cleaned another
+//     task just before, that one's cleaned line is the queue's last, and the
+//     cut one, whose own last line lies retainSeconds back, is not found.)
+//
+// Both are found with one bounded pass over the newest lines of the log,
+// which usually ends after a few lines: once it has met each queue's last
+// line and each newest-changed task's last line.
+
+// LogTail reads the event log backwards: every line, newest day file
+// first, newest line first, until fn returns false. A line is valid only
+// during the call. eventlog.Reader implements it.
+type LogTail interface {
+	Backwards(ctx context.Context, fn func(line []byte) bool) error
+}
+
+// The repair's bounds. A cut transition happened just before the crash,
+// so its line would be among the last ones written: the pass reads back
+// repairWindow from the newest line, which leaves ample room for lines of
+// different queues being appended slightly out of time order, and never
+// more than repairMaxBytes of the log, so a start-up after a crash costs
+// at most a fraction of a second however big and busy the log is.
+const (
+	repairWindow   = time.Hour
+	repairMaxBytes = 64 << 20
+	// repairMaxTies bounds how many tasks of a queue changed in the very
+	// same millisecond are checked. The cut one is among them; more than a
+	// handful in one millisecond is a burst of posts, each with its line.
+	repairMaxTies = 64
+)
+
+// RepairLog appends the lines a crash cut, for the served queues, and
+// returns the events it appended (none when the log and the store agree, as
+// after a clean stop). It must run before the service serves anything: it
+// assumes no transition runs beside it. Running it again appends nothing.
+func (s *Service) RepairLog(ctx context.Context, queues []*ports.Queue, tail LogTail) ([]domain.Event, error) {
+	newest := make(map[ports.QueueRef][]domain.Task, len(queues))
+	for _, q := range queues {
+		ts, err := s.newestChanges(ctx, q.Ref())
+		if err != nil {
+			return nil, err
+		}
+		newest[q.Ref()] = ts
+	}
+	read, err := readTail(ctx, tail, newest, s.clock.Now())
+	if err != nil {
+		return nil, fmt.Errorf("repair event log: %w", err)
+	}
+
+	var appended []domain.Event
+	for _, q := range queues {
+		cleaned, err := s.cutClean(ctx, q, read)
+		if err != nil {
+			return appended, err
+		}
+		for _, ev := range append(s.cutChanges(q, newest[q.Ref()], read), cleaned...) {
+			if err := s.log.Append(ctx, ev, q.Settings.ArchivePayloads); err != nil {
+				return appended, fmt.Errorf("repair event log: %s of %s: %w", ev.Kind, ev.Task.ID, err)
+			}
+			appended = append(appended, ev)
+			s.logger.Warn("event log repaired: appended the line a crash cut",
+				zap.String("event", string(ev.Kind)), zap.String("id", ev.Task.ID),
+				zap.String("host", q.Host), zap.String("queue", q.Name),
+				zap.Time("at", ev.At), zap.String("worker", ev.Worker))
+		}
+	}
+	// Metrics and watchers are not told: the transitions are not new, and
+	// this process has neither counted nor shown them. The lines are made
+	// durable at once, so that a second crash does not cut them again.
+	if len(appended) > 0 {
+		if err := s.syncer.Sync(ctx); err != nil {
+			return appended, fmt.Errorf("repair event log: %w", err)
+		}
+	}
+	return appended, nil
+}
+
+// cutChanges is the line q's newest change lacks, if any (one per task
+// changed in that millisecond, though only one can really lack its line).
+func (s *Service) cutChanges(q *ports.Queue, newest []domain.Task, read *tailRead) []domain.Event {
+	var evs []domain.Event
+	for _, t := range newest {
+		warn := func(msg string) {
+			s.logger.Warn("event log not repaired: "+msg, zap.String("host", q.Host),
+				zap.String("queue", q.Name), zap.String("id", t.ID), zap.String("status", string(t.Status)))
+		}
+		if changedAt(t) < read.floor {
+			// The last crash cut no change this old (see readTail); if
+			// its lines are missing, they aged out.
+			return nil
+		}
+		line, found := read.last[ports.KeyOf(t)]
+		switch {
+		case found && agrees(line, t):
+			continue
+		case !found && !read.covered:
+			warn("its newest lines are too many to read")
+			continue
+		}
+		ev, ok := missingEvent(t, line, found)
+		switch {
+		case !ok:
+			warn("cannot tell which event the stored task lacks")
+			continue
+		case !found && read.complete && ev.Kind != domain.EventPosted:
+			// A crash cuts a task's last line, not its whole history: a
+			// whole log without one line of a task that went past its
+			// post never had them (a new or emptied logs folder).
+			warn("it holds no line of the stored task at all")
+			continue
+		}
+		evs = append(evs, ev)
+	}
+	return evs
+}
+
+// changedAt is c(T): when t last changed, to the millisecond.
+func changedAt(t domain.Task) int64 {
+	if t.FetchedAt != nil && *t.FetchedAt > t.UpdatedAt {
+		return *t.FetchedAt
+	}
+	return t.UpdatedAt
+}
+
+// newestChanges lists the tasks of q with the newest c(T), all of them if
+// several changed in the same millisecond (up to repairMaxTies): one pass
+// over the three state directories.
+func (s *Service) newestChanges(ctx context.Context, q ports.QueueRef) ([]domain.Task, error) {
+	var newest []domain.Task
+	var at int64
+	for _, dir := range domain.Dirs {
+		err := s.repo.Each(ctx, q, dir, func(t domain.Task) bool {
+			switch c := changedAt(t); {
+			case c > at || len(newest) == 0:
+				newest, at = append(newest[:0], t), c
+			case c == at && len(newest) < repairMaxTies:
+				newest = append(newest, t)
+			}
+			return true
+		})
+		if err != nil {
+			return nil, fmt.Errorf("repair event log: %w", err)
+		}
+	}
+	return newest, nil
+}
+
+// seenLine is what the repair keeps of a task's newest line.
+type seenLine struct {
+	at       int64 // milliseconds
+	event    domain.EventKind
+	status   domain.Status
+	attempts int
+	worker   string
+}
+
+// tailRead is what one backward pass over the log found.
+type tailRead struct {
+	// floor is repairWindow before the newest line (before now, if the log
+	// has none). A change older than that was not cut by the last crash.
+	floor int64
+	// covered says every line from floor on was read, or the whole log;
+	// complete says the whole log was. A newest-changed task no older than
+	// floor without a line in a covered read has lost its last one.
+	covered, complete bool
+	// last is the newest line of each newest-changed task that has one.
+	last map[ports.Key]seenLine
+	// queueLast is each served queue's newest line, if it is no older than
+	// floor, and the task it is of.
+	queueLast map[ports.QueueRef]taskLine
+}
+
+type taskLine struct {
+	key  ports.Key
+	line seenLine
+}
+
+// readTail makes the one backward pass over the log, for the queues of
+// newest (with their newest-changed tasks).
+//
+// A queue's cut change was made just before the crash: no earlier than the
+// newest line by more than the time one append takes. So a change older
+// than floor was not cut, and the pass need not read past floor to learn
+// whether a newer one lacks its line: it reads back until it has met each
+// queue's last line (or floor) and each newest-changed task's last line.
+// Past floor it goes on looking only for the last lines of those tasks not
+// met yet, which tell what they lack. It never reads more than
+// repairMaxBytes. Lines are parsed only when they may be one of these:
+// on a busy log most are not, and decoding each would cost seconds.
+func readTail(ctx context.Context, tail LogTail, newest map[ports.QueueRef][]domain.Task, now time.Time) (*tailRead, error) {
+	read := &tailRead{
+		floor: domain.Millis(now.Add(-repairWindow)),
+		last:  map[ports.Key]seenLine{}, queueLast: map[ports.QueueRef]taskLine{},
+	}
+	sought := map[ports.Key]int64{} // newest-changed tasks not met yet, with c(T)
+	unmet := map[string]map[string]bool{}
+	for ref, ts := range newest {
+		if unmet[ref.Host] == nil {
+			unmet[ref.Host] = map[string]bool{}
+		}
+		unmet[ref.Host][ref.Queue] = true
+		for _, t := range ts {
+			sought[ports.KeyOf(t)] = changedAt(t)
+		}
+	}
+	queuesUnmet := len(newest)
+
+	first, pastFloor, stopped, budget := true, false, false, repairMaxBytes
+	err := tail.Backwards(ctx, func(raw []byte) bool {
+		if budget -= len(raw) + 1; budget < 0 {
+			stopped = true
+			return false
+		}
+		host, queue, secs, ok := peek(raw)
+		if !ok {
+			return true // a torn fragment that a later line ran into
+		}
+		if first {
+			first, read.floor = false, secs*1000-repairWindow.Milliseconds()
+		}
+		if !pastFloor && secs*1000+999 < read.floor {
+			pastFloor = true
+			for k, c := range sought {
+				if c < read.floor {
+					delete(sought, k) // an old change: not cut by the last crash
+				}
+			}
+		}
+		queueFirst := !pastFloor && unmet[string(host)][string(queue)]
+		if queueFirst || mentionsAny(raw, sought) {
+			if l, err := tasklog.ParseLine(raw); err == nil {
+				k := ports.Key{Host: l.Host, Queue: l.Queue, ID: l.ID}
+				line := seenLine{at: domain.Millis(l.At), event: l.Event, status: l.Status, attempts: l.Attempts, worker: l.Worker}
+				if queueFirst {
+					delete(unmet[l.Host], l.Queue)
+					queuesUnmet--
+					read.queueLast[k.Ref()] = taskLine{k, line}
+				}
+				if _, ok := sought[k]; ok {
+					delete(sought, k)
+					read.last[k] = line
+				}
+			}
+		}
+		stopped = (pastFloor || queuesUnmet == 0) && len(sought) == 0
+		return !stopped
+	})
+	if err != nil {
+		return nil, err
+	}
+	read.complete = !stopped
+	read.covered = pastFloor || read.complete
+	return read, nil
+}
+
+// peek reads a line's "host", "queue" and "t" (Unix seconds) without
+// decoding it, which is what makes passing over a line cheap. The fields
+// are SPEC §8's. Their keys cannot appear inside a string value, where a
+// quote is escaped, and host and queue names have no escapes.
+func peek(raw []byte) (host, queue []byte, secs int64, ok bool) {
+	host, okHost := stringField(raw, `"host":"`)
+	queue, okQueue := stringField(raw, `"queue":"`)
+	i := bytes.Index(raw, []byte(`"t":`))
+	if !okHost || !okQueue || i < 0 {
+		return nil, nil, 0, false
+	}
+	digits := 0
+	for _, c := range raw[i+len(`"t":`):] {
+		if c < '0' || c > '9' || digits == 18 {
+			break
+		}
+		secs = secs*10 + int64(c-'0')
+		digits++
+	}
+	return host, queue, secs, digits > 0
+}
+
+// stringField is the string value after key (which ends with its quote).
+func stringField(raw []byte, key string) ([]byte, bool) {
+	i := bytes.Index(raw, []byte(key))
+	if i < 0 {
+		return nil, false
+	}
+	v := raw[i+len(key):]
+	j := bytes.IndexByte(v, '"')
+	if j < 0 {
+		return nil, false
+	}
+	return v[:j], true
+}
+
+// mentionsAny reports whether raw names one of the tasks' ids; a cheap test
+// before a line is parsed.
+func mentionsAny(raw []byte, tasks map[ports.Key]int64) bool {
+	for k := range tasks {
+		if bytes.Contains(raw, []byte(k.ID)) {
+			return true
+		}
+	}
+	return false
+}
+
+// agrees reports whether line, t's newest line, is the line of t's last
+// change. A line is written at the time of its change, so a newer line says
+// the log is not behind the store; one of the same millisecond must also
+// show the stored state (two changes of one task can share a millisecond).
+func agrees(line seenLine, t domain.Task) bool {
+	c := changedAt(t)
+	switch {
+	case line.at > c:
+		return true
+	case line.at < c:
+		return false
+	}
+	fetchedLogged := t.FetchedAt == nil || line.event == domain.EventFetched
+	return line.status == t.Status && line.attempts == t.Attempts && fetchedLogged
+}
+
+// missingEvent works out the event of t's last change from how t differs
+// from its newest line (last; found false when the log has none), or
+// reports false when it cannot tell. The event's task is t, so the line
+// gets t's status, attempts and sizes; its time is c(T).
+func missingEvent(t domain.Task, last seenLine, found bool) (domain.Event, bool) {
+	ev := domain.Event{At: time.UnixMilli(changedAt(t)).UTC(), Task: t}
+	// The worker who held t under the claim it was processing under, as its
+	// line said: whoever re-queued or finished it had it from there.
+	var lastWorker string
+	if found && last.status == domain.Processing && last.attempts == t.Attempts {
+		lastWorker = last.worker
+	}
+	var leaseWorker string
+	if t.Lease != nil {
+		leaseWorker = t.Lease.Worker
+	}
+	switch {
+	case t.FetchedAt != nil:
+		// A fetch is the last change a task can have (only a clean, which
+		// deletes it, comes after).
+		ev.Kind = domain.EventFetched
+	case t.Status == domain.Pending && t.Attempts == 0:
+		// Pending and never claimed: only a post makes that.
+		ev.Kind = domain.EventPosted
+	case t.Status == domain.Pending:
+		// Claimed before and pending again: a re-queue. Its cause (lease or
+		// socket) is not in the line; the worker that lost it is.
+		ev.Kind, ev.Worker = domain.EventRequeue, lastWorker
+	case t.Status == domain.Processing && found && last.status == domain.Processing && last.attempts == t.Attempts:
+		// Under the same claim as its line: the lease holder reported.
+		ev.Kind, ev.Worker = domain.EventProgress, leaseWorker
+	case t.Status == domain.Processing:
+		ev.Kind, ev.Worker = domain.EventClaimed, leaseWorker
+	case t.Status == domain.Finished:
+		// The store does not keep who sent the result. If the task was
+		// processing under a claim, the holder most likely did; a late
+		// result from an earlier holder is named after the later one.
+		ev.Kind, ev.Worker = domain.EventResult, lastWorker
+	case t.Status == domain.Failed && t.Error != nil && *t.Error == domain.TimeoutError:
+		ev.Kind, ev.Worker = domain.EventTimeout, lastWorker
+	default:
+		return domain.Event{}, false
+	}
+	return ev, true
+}
+
+// cutClean is the cleaned line q lacks, if any: when q's last line is of a
+// task the store no longer holds and is not its cleaned line, the task was
+// deleted by a clean whose line was cut. (A task set aside as corrupt has
+// a failed line instead, and is left alone.) The line a clean writes
+// carries the task as it was; here only what its last line said is known:
+// id, status and attempts.
+func (s *Service) cutClean(ctx context.Context, q *ports.Queue, read *tailRead) ([]domain.Event, error) {
+	last, ok := read.queueLast[q.Ref()]
+	if !ok || last.line.event == domain.EventCleaned || last.line.event == domain.EventFailed {
+		return nil, nil
+	}
+	_, err := s.repo.Get(ctx, last.key)
+	switch {
+	case err == nil:
+		return nil, nil
+	case !errors.Is(err, domain.ErrNotFound):
+		return nil, fmt.Errorf("repair event log: %w", err)
+	}
+	k := last.key
+	t := domain.Task{ID: k.ID, Host: k.Host, Queue: k.Queue, Status: last.line.status, Attempts: last.line.attempts}
+	return []domain.Event{t.Clean(s.clock.Now())}, nil
+}
