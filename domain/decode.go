@@ -12,14 +12,11 @@ import (
 // can move it to corrupt/) and normalises JSON nulls to empty values.
 func DecodeTask(data []byte) (Task, error) {
 	var t Task
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&t); err != nil {
-		return Task{}, fmt.Errorf("decode task: %w", err)
-	}
-	// More() says false before a stray '}' or ']', so ask for the next token:
-	// anything but the end means a torn or doubled write.
-	if _, err := dec.Token(); err != io.EOF {
-		return Task{}, fmt.Errorf("decode task: trailing data")
+	// json.Unmarshal accepts exactly one JSON value (and white space), as
+	// the decoder below does, at a third less cost: start-up decodes every
+	// task file. The decoder only says why a record is refused.
+	if json.Unmarshal(data, &t) != nil {
+		return Task{}, decodeError(data)
 	}
 	t.Item = nonNull(t.Item)
 	t.Progress = nonNull(t.Progress)
@@ -37,6 +34,23 @@ func DecodeTask(data []byte) (Task, error) {
 		return Task{}, fmt.Errorf("decode task %s: negative attempts", t.ID)
 	}
 	return t, nil
+}
+
+// decodeError is why data, which json.Unmarshal refused, is not a record.
+func decodeError(data []byte) error {
+	var t Task
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&t); err != nil {
+		return fmt.Errorf("decode task: %w", err)
+	}
+	// More() says false before a stray '}' or ']', so ask for the next token:
+	// anything but the end means a torn or doubled write.
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("decode task: trailing data")
+	}
+	// Unreachable while both accept the same inputs; say so rather than
+	// let a refused record through.
+	return fmt.Errorf("decode task: not a single JSON object")
 }
 
 // EncodeTask is the stored form of t: one JSON object and a newline.

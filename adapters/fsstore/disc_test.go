@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -551,36 +550,6 @@ func TestWriteFailureChangesNothing(t *testing.T) {
 	if got := s.Counts(ref); got != (ports.Counts{Done: 1}) {
 		t.Errorf("counts = %+v after finishing", got)
 	}
-}
-
-// BenchmarkOpen measures start-up: reading and indexing task files.
-func BenchmarkOpen(b *testing.B) {
-	const queues, perQueue = 4, 5000
-	dir := b.TempDir()
-	for q := range queues {
-		base := filepath.Join(dir, host, "q"+strconv.Itoa(q))
-		for _, st := range domain.Dirs {
-			if err := os.MkdirAll(filepath.Join(base, st), 0o750); err != nil {
-				b.Fatal(err)
-			}
-		}
-		for n := range perQueue {
-			id := taskID(n)
-			t, _ := domain.Post(id, host, "q"+strconv.Itoa(q), json.RawMessage(`{"url":"https://ex.com/a.png","width":800}`), "alice", epoch.Add(time.Duration(n)*time.Millisecond))
-			if err := os.WriteFile(filepath.Join(base, "pending", id+".json"), domain.EncodeTask(t), 0o600); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	b.ResetTimer()
-	for b.Loop() {
-		s, err := fsstore.Open(dir)
-		if err != nil {
-			b.Fatal(err)
-		}
-		_ = s.Close()
-	}
-	b.ReportMetric(float64(queues*perQueue*b.N)/b.Elapsed().Seconds(), "files/s")
 }
 
 // countingMatcher accepts items equal to want and counts its calls.

@@ -13,7 +13,9 @@ import (
 	"sync/atomic"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
+	"github.com/taskhoster/taskhoster/adapters/memstore"
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
 )
@@ -28,53 +30,63 @@ type Corrupt struct {
 	Err         error  // why it was refused
 }
 
-// found is one candidate task file met by the scan.
-type found struct {
+// stateDir is one listed state directory, <items>/<host>/<queue>/<dir>,
+// with the task files the scan found in it.
+type stateDir struct {
 	ref  ports.QueueRef
-	dir  string // the state directory it is in
-	id   string
+	dir  string // pending, processing or done
 	path string
-	// Filled in by the readers.
-	task    domain.Task
-	corrupt error // the file does not hold a usable record
-	readErr error // the file could not be read at all
+	ids  []string // the task files' names without .json
+	fd   int      // open while its files are read, so each is opened by name
 }
 
-// load reads every task the items folder holds, for the index, and repairs
-// what a crash left behind. It is the only place that lists directories.
-func (s *Store) load() (map[ports.Key]domain.Task, error) {
-	files, err := s.scan()
+// found is one candidate task file met by the scan.
+type found struct {
+	in *stateDir
+	id string // the file name without .json
+}
+
+func (f found) path() string { return filepath.Join(f.in.path, fileName(f.id)) }
+
+// load reads every task the items folder holds into index and repairs what
+// a crash left behind. It is the only place that lists directories.
+//
+// A task is in two state directories only after a crash in the middle of a
+// move, and then the copy in the later state is the newer one (a move
+// writes its destination before unlinking its source). So the files are
+// loaded a state at a time, in lifecycle order (every queue's pending, then
+// processing, then done), each directory's files in parallel: a later copy
+// replaces the earlier one in the index, and the earlier file is deleted.
+func (s *Store) load(index *memstore.Store) error {
+	stages, err := s.scan()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	readAll(files)
-	tasks := make(map[ports.Key]domain.Task, len(files))
-	for i := range files {
-		f := &files[i]
-		if f.readErr != nil {
-			// Not a damaged record but a folder we cannot read: serving
-			// without these tasks would lose them, so refuse to start.
-			return nil, fmt.Errorf("read task file: %w", f.readErr)
+	for _, dirs := range stages {
+		for _, d := range dirs {
+			corrupt, err := s.loadDir(index, d)
+			if err != nil {
+				return err
+			}
+			// Serially and in order, so that two corrupt copies of one
+			// task get their names in corrupt/ in lifecycle order.
+			for _, c := range corrupt {
+				s.quarantine(c.f, c.err)
+			}
 		}
-		if f.corrupt != nil {
-			s.quarantine(f)
-			continue
-		}
-		s.adopt(tasks, f)
 	}
-	return tasks, nil
+	return nil
 }
 
 // scan lists every host, queue and state directory, removes leftover temp
-// files and returns the task files to read, grouped by queue and, within a
-// queue, in lifecycle order (pending, processing, done). Names that are not
-// valid are left alone: they are not ours.
-func (s *Store) scan() ([]found, error) {
+// files and returns the state directories to read by state, in the order of
+// domain.Dirs. Names that are not valid are left alone: they are not ours.
+func (s *Store) scan() ([][]*stateDir, error) {
+	stages := make([][]*stateDir, len(domain.Dirs))
 	hosts, err := os.ReadDir(s.files.items)
 	if err != nil {
 		return nil, fmt.Errorf("list items folder: %w", err)
 	}
-	var files []found
 	for _, h := range hosts {
 		if !h.IsDir() || !domain.ValidHost(h.Name()) {
 			if h.Name() != ".lock" {
@@ -92,32 +104,32 @@ func (s *Store) scan() ([]found, error) {
 				continue
 			}
 			ref := ports.QueueRef{Host: h.Name(), Queue: qe.Name()}
-			if files, err = s.scanQueue(ref, files); err != nil {
+			if err := s.scanQueue(ref, stages); err != nil {
 				return nil, err
 			}
 		}
 	}
-	return files, nil
+	return stages, nil
 }
 
-func (s *Store) scanQueue(ref ports.QueueRef, files []found) ([]found, error) {
+func (s *Store) scanQueue(ref ports.QueueRef, stages [][]*stateDir) error {
 	ready := true
-	for _, d := range domain.Dirs {
-		dir := filepath.Join(s.files.queuePath(ref), d)
-		entries, err := os.ReadDir(dir)
+	for i, d := range domain.Dirs {
+		sd := &stateDir{ref: ref, dir: d, path: filepath.Join(s.files.queuePath(ref), d), fd: -1}
+		entries, err := list(sd.path)
 		if errors.Is(err, fs.ErrNotExist) {
 			ready = false
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("list state directory: %w", err)
+			return fmt.Errorf("list state directory: %w", err)
 		}
 		for _, e := range entries {
 			name := e.Name()
-			path := filepath.Join(dir, name)
 			if isTempName(name) && e.Type().IsRegular() {
 				// A write that never reached its rename: the old record,
 				// if any, is still in place and is the truth.
+				path := filepath.Join(sd.path, name)
 				if err := os.Remove(path); err != nil {
 					s.log.Error("cannot remove leftover temp file", zap.String("path", path), zap.Error(err))
 				} else {
@@ -127,93 +139,195 @@ func (s *Store) scanQueue(ref ports.QueueRef, files []found) ([]found, error) {
 			}
 			id, ok := strings.CutSuffix(name, ".json")
 			if !ok || !domain.ValidID(id) || !e.Type().IsRegular() {
-				s.log.Warn("ignoring entry in state directory", zap.String("path", path))
+				s.log.Warn("ignoring entry in state directory", zap.String("path", filepath.Join(sd.path, name)))
 				continue
 			}
-			files = append(files, found{ref: ref, dir: d, id: id, path: path})
+			sd.ids = append(sd.ids, id)
+		}
+		if len(sd.ids) > 0 {
+			stages[i] = append(stages[i], sd)
 		}
 	}
 	if ready {
 		s.files.ready.Store(ref, true)
 	}
-	return files, nil
+	return nil
 }
 
-// readAll reads and decodes the files in parallel: start-up time is mostly
-// waiting for the disc, and a big folder must come up in seconds.
-func readAll(files []found) {
-	workers := min(len(files), max(16, 4*runtime.GOMAXPROCS(0)))
+// list lists a directory unsorted (os.ReadDir sorts): order does not matter
+// to the index, and sorting a big directory's names costs more than listing
+// them.
+func list(path string) ([]fs.DirEntry, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.ReadDir(-1)
+}
+
+// rejected is a file that does not hold a usable record.
+type rejected struct {
+	f   found
+	err error
+}
+
+// loadDir reads, checks and indexes d's files in parallel: start-up time is
+// waiting for the disc when the files are not cached, and decoding when
+// they are, and either way a big folder must come up in seconds. It
+// returns the files that hold no usable record; a file that cannot be read
+// at all (a folder we may not read, an I/O error) fails the whole start,
+// since serving without it would lose its task.
+//
+// The directory is held open meanwhile and each file opened by name in it,
+// which spares the kernel walking the whole path for every file; one
+// directory at a time, so that a folder of many queues does not run out of
+// file descriptors.
+func (s *Store) loadDir(index *memstore.Store, d *stateDir) ([]rejected, error) {
+	fd, err := unix.Open(d.path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("read task files: %w", &fs.PathError{Op: "open", Path: d.path, Err: err})
+	}
+	defer unix.Close(fd)
+	d.fd = fd
 	var (
-		next atomic.Int64
-		wg   sync.WaitGroup
+		next    atomic.Int64
+		wg      sync.WaitGroup
+		mu      sync.Mutex // guards corrupt and readErr
+		corrupt []rejected
+		readErr error
 	)
+	workers := min(len(d.ids), max(8, 4*runtime.GOMAXPROCS(0)))
 	for range workers {
 		wg.Go(func() {
+			var r reader
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= len(files) {
+				if i >= len(d.ids) {
 					return
 				}
-				files[i].read()
+				f := found{in: d, id: d.ids[i]}
+				t, bad, err := r.read(f)
+				if err == nil && bad == nil {
+					bad = s.index(index, f, t)
+				}
+				if err != nil || bad != nil {
+					mu.Lock()
+					if err != nil && readErr == nil {
+						readErr = fmt.Errorf("read task file: %w", err)
+						next.Store(int64(len(d.ids))) // stop the others
+					}
+					if bad != nil {
+						corrupt = append(corrupt, rejected{f, bad})
+					}
+					mu.Unlock()
+				}
 			}
 		})
 	}
 	wg.Wait()
+	return corrupt, readErr
 }
 
-// read loads one file and checks that it is the record its place says.
-func (f *found) read() {
-	data, err := os.ReadFile(f.path)
+// index puts a good record into the index. If a copy of it from an earlier
+// state was there, that copy's file is stale and goes.
+func (s *Store) index(index *memstore.Store, f found, t domain.Task) error {
+	replaced, err := index.Load(t)
 	if err != nil {
-		f.readErr = err
-		return
+		return err
 	}
-	t, err := domain.DecodeTask(data)
+	if replaced == "" {
+		return nil
+	}
+	stale := t
+	stale.Status = replaced
+	path := s.files.path(stale)
+	if err := os.Remove(path); err != nil {
+		// Harmless: the next start-up makes the same choice again.
+		s.log.Error("cannot remove superseded task file", zap.String("path", path), zap.Error(err))
+	} else {
+		s.log.Info("removed superseded task file after an interrupted move",
+			zap.String("path", path), zap.String("kept", f.path()))
+	}
+	return nil
+}
+
+// reader reads task files into a buffer it reuses: a file is opened by
+// name in its open directory and read to the end, with no stat and no
+// registration with the runtime's poller, which os.ReadFile does for each.
+type reader struct{ buf []byte }
+
+// read returns the record in f, or why it is not a usable one (bad), or
+// why it could not be read (err).
+func (r *reader) read(f found) (t domain.Task, bad, err error) {
+	data, err := r.readFile(f)
+	if err != nil {
+		return domain.Task{}, nil, err
+	}
+	t, err = domain.DecodeTask(data)
 	switch {
 	case err != nil:
-		f.corrupt = err
+		return domain.Task{}, err, nil
 	case t.ID != f.id:
-		f.corrupt = fmt.Errorf("file of task %s holds task %s", f.id, t.ID)
-	case t.Host != f.ref.Host || t.Queue != f.ref.Queue:
-		f.corrupt = fmt.Errorf("file in %s/%s holds a task of %s/%s", f.ref.Host, f.ref.Queue, t.Host, t.Queue)
-	case t.Status.Dir() != f.dir:
-		f.corrupt = fmt.Errorf("task with status %s found in %s", t.Status, f.dir)
-	default:
-		f.task = t
+		return domain.Task{}, fmt.Errorf("file of task %s holds task %s", f.id, t.ID), nil
+	case t.Host != f.in.ref.Host || t.Queue != f.in.ref.Queue:
+		return domain.Task{}, fmt.Errorf("file in %s/%s holds a task of %s/%s", f.in.ref.Host, f.in.ref.Queue, t.Host, t.Queue), nil
+	case t.Status.Dir() != f.in.dir:
+		return domain.Task{}, fmt.Errorf("task with status %s found in %s", t.Status, f.in.dir), nil
+	}
+	return t, nil, nil
+}
+
+// readFile reads f whole into r's buffer; the result is valid until the
+// next call. (DecodeTask keeps nothing of it: it copies what it keeps.)
+func (r *reader) readFile(f found) ([]byte, error) {
+	name := fileName(f.id)
+	fd, err := ignoringEINTR(func() (int, error) {
+		return unix.Openat(f.in.fd, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	})
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: f.path(), Err: err}
+	}
+	defer unix.Close(fd)
+	if r.buf == nil {
+		r.buf = make([]byte, 16<<10)
+	}
+	n := 0
+	for {
+		if n == len(r.buf) {
+			r.buf = append(r.buf, make([]byte, len(r.buf))...)
+		}
+		m, err := ignoringEINTR(func() (int, error) { return unix.Read(fd, r.buf[n:]) })
+		if err != nil {
+			return nil, &fs.PathError{Op: "read", Path: f.path(), Err: err}
+		}
+		if m == 0 {
+			return r.buf[:n], nil
+		}
+		n += m
 	}
 }
 
-// adopt keeps a good record in tasks. Files come in lifecycle order, so
-// when the id is already there this copy is in a later state: a move writes
-// its destination before unlinking its source, so the later copy is the
-// newer one, and the earlier file is deleted. (Keeping the earlier copy
-// could let a finished task be claimed and finished again.)
-func (s *Store) adopt(tasks map[ports.Key]domain.Task, f *found) {
-	k := ports.KeyOf(f.task)
-	if old, ok := tasks[k]; ok {
-		stale := s.files.path(old)
-		if err := os.Remove(stale); err != nil {
-			// Harmless: the next start-up makes the same choice again.
-			s.log.Error("cannot remove superseded task file", zap.String("path", stale), zap.Error(err))
-		} else {
-			s.log.Info("removed superseded task file after an interrupted move",
-				zap.String("path", stale), zap.String("kept", f.path))
+func ignoringEINTR(call func() (int, error)) (int, error) {
+	for {
+		n, err := call()
+		if err != unix.EINTR {
+			return n, err
 		}
 	}
-	tasks[k] = f.task
 }
 
 // quarantine moves an unusable file to <queue>/corrupt/ and records it. If
 // the move fails the file stays where it is, out of the index, and is
 // reported (again at the next start-up).
-func (s *Store) quarantine(f *found) {
-	c := Corrupt{Host: f.ref.Host, Queue: f.ref.Queue, ID: f.id, Path: f.path, Err: f.corrupt}
-	if dst, err := moveNoReplace(f.path, filepath.Join(s.files.queuePath(f.ref), "corrupt"), filepath.Base(f.path)); err != nil {
-		s.log.Error("cannot move corrupt task file", zap.String("path", f.path), zap.Error(err))
+func (s *Store) quarantine(f found, why error) {
+	c := Corrupt{Host: f.in.ref.Host, Queue: f.in.ref.Queue, ID: f.id, Path: f.path(), Err: why}
+	if dst, err := moveNoReplace(c.Path, filepath.Join(s.files.queuePath(f.in.ref), "corrupt"), fileName(f.id)); err != nil {
+		s.log.Error("cannot move corrupt task file", zap.String("path", c.Path), zap.Error(err))
 	} else {
 		c.Path = dst
 	}
-	s.log.Warn("corrupt task file", zap.String("path", c.Path), zap.NamedError("reason", f.corrupt))
+	s.log.Warn("corrupt task file", zap.String("path", c.Path), zap.NamedError("reason", why))
 	s.recovered = append(s.recovered, c)
 }
 

@@ -63,14 +63,10 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("open items folder: %w", err)
 	}
 	s.lock = lock
-	tasks, err := s.load()
-	if err != nil {
+	index := memstore.New(memstore.WithPersister(s.files))
+	if err := s.load(index); err != nil {
 		_ = lock.Close()
 		return nil, fmt.Errorf("open items folder %s: %w", dir, err)
-	}
-	index := memstore.New(memstore.WithPersister(s.files))
-	for _, t := range tasks {
-		index.Load(t)
 	}
 	s.TaskRepository = index
 	return s, nil

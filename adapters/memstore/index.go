@@ -13,117 +13,98 @@ import (
 // queue, which is what makes a claim or a result one atomic step: the index,
 // not the filesystem, decides who wins, and a Persister's files follow it.
 type queue struct {
-	mu    sync.Mutex
-	tasks map[string]domain.Task
-	// dirs holds each state directory's tasks ordered by (postedAt, id),
-	// which for pending is claim order.
-	dirs map[string]*btree.BTreeG[order]
-	// verdicts remembers what each matcher (by Key) said about each task's
-	// item. An item never changes, so a waiting claim that rescans the
-	// queue on every post only runs its query over the new tasks.
-	verdicts map[string]map[string]bool
+	mu   sync.Mutex
+	ref  ports.QueueRef
+	byID map[uint64]*entry
+	// dirs holds each state directory's tasks (dirPending, dirProcessing,
+	// dirDone) in claim order, which for pending is the order claims take.
+	dirs [3]*btree.BTreeG[*entry]
+	// views are the claim queries seen lately, each with the pending tasks
+	// it accepts (see views.go).
+	views views
 }
 
-// maxMatcherKeys bounds the verdict cache: past this many distinct queries
-// it starts over rather than grow with every query a client invents.
-const maxMatcherKeys = 64
+// degree is the B-trees' degree: nodes of up to 63 pointers keep the trees
+// shallow and their overhead near 8 bytes a task.
+const degree = 32
 
-// order is a task's place in its state directory's tree.
-type order struct {
-	postedAt int64
-	id       string
-}
+func newTree() *btree.BTreeG[*entry] { return btree.NewG(degree, before) }
 
-func orderOf(t domain.Task) order { return order{postedAt: t.PostedAt, id: t.ID} }
-
-func lessOrder(a, b order) bool {
-	if a.postedAt != b.postedAt {
-		return a.postedAt < b.postedAt
-	}
-	return a.id < b.id
-}
-
-func newQueue() *queue {
-	q := &queue{
-		tasks:    make(map[string]domain.Task),
-		dirs:     make(map[string]*btree.BTreeG[order], len(domain.Dirs)),
-		verdicts: make(map[string]map[string]bool),
-	}
-	for _, d := range domain.Dirs {
-		q.dirs[d] = btree.NewG(32, lessOrder)
+func newQueue(ref ports.QueueRef) *queue {
+	q := &queue{ref: ref, byID: make(map[uint64]*entry), views: newViews()}
+	for i := range q.dirs {
+		q.dirs[i] = newTree()
 	}
 	return q
 }
 
-// put records t in the index, replacing old (if it existed) wherever it was.
-func (q *queue) put(old *domain.Task, t domain.Task) {
-	if old != nil {
-		q.dirs[old.Status.Dir()].Delete(orderOf(*old))
+func (q *queue) pending() *btree.BTreeG[*entry] { return q.dirs[dirPending] }
+
+// get is the entry of the task named id, if the queue holds it.
+func (q *queue) get(id string) (*entry, bool) {
+	n, ok := parseID(id)
+	if !ok {
+		return nil, false
 	}
-	q.tasks[t.ID] = t
-	q.dirs[t.Status.Dir()].ReplaceOrInsert(orderOf(t))
+	e, ok := q.byID[n]
+	return e, ok
 }
 
-// remove forgets t, and what every query said about it: the id may come
-// back with another item.
-func (q *queue) remove(t domain.Task) {
-	delete(q.tasks, t.ID)
-	q.dirs[t.Status.Dir()].Delete(orderOf(t))
-	for _, byID := range q.verdicts {
-		delete(byID, t.ID)
+// put indexes e in place of old (nil for a new task). A task that leaves
+// pending leaves every view; one that enters it is shown to them.
+func (q *queue) put(old, e *entry) {
+	if old != nil {
+		q.dirs[old.state.dir()].Delete(old)
+		if old.state == statePending {
+			q.views.leave(old)
+		}
+	}
+	q.byID[e.id] = e
+	q.dirs[e.state.dir()].ReplaceOrInsert(e)
+	if e.state == statePending {
+		q.views.enter(e, q.pending().Len())
+	}
+}
+
+// remove forgets e.
+func (q *queue) remove(e *entry) {
+	delete(q.byID, e.id)
+	q.dirs[e.state.dir()].Delete(e)
+	if e.state == statePending {
+		q.views.leave(e)
 	}
 }
 
 // firstMatch is the oldest pending task that m accepts (nil m: any).
-func (q *queue) firstMatch(m ports.Matcher) (domain.Task, bool) {
-	var (
-		found domain.Task
-		ok    bool
-	)
-	match := q.matcher(m)
-	q.dirs[domain.Pending.Dir()].Ascend(func(o order) bool {
-		t := q.tasks[o.id]
-		if match(t) {
-			found, ok = t, true
-			return false
-		}
-		return true
-	})
-	return found, ok
-}
-
-// matcher wraps m with the verdict cache. A matcher without a key cannot
-// say which others agree with it, so its verdicts are not kept.
-func (q *queue) matcher(m ports.Matcher) func(domain.Task) bool {
-	if m == nil {
-		return func(domain.Task) bool { return true }
-	}
-	key := m.Key()
-	if key == "" {
-		return func(t domain.Task) bool { return m.Match(t.Item) }
-	}
-	byID := q.verdicts[key]
-	if byID == nil {
-		if len(q.verdicts) >= maxMatcherKeys {
-			clear(q.verdicts)
-		}
-		byID = make(map[string]bool)
-		q.verdicts[key] = byID
-	}
-	return func(t domain.Task) bool {
-		v, seen := byID[t.ID]
-		if !seen {
-			v = m.Match(t.Item)
-			byID[t.ID] = v
-		}
-		return v
+func (q *queue) firstMatch(m ports.Matcher) (*entry, bool) {
+	switch {
+	case m == nil:
+		return q.pending().Min()
+	case m.Key() == "":
+		// A matcher without a key cannot say which others agree with it,
+		// so nothing it says can be kept: it tests the pending tasks in
+		// order until one matches.
+		var found *entry
+		q.pending().Ascend(func(e *entry) bool {
+			if m.Match(e.item) {
+				found = e
+				return false
+			}
+			return true
+		})
+		return found, found != nil
+	default:
+		return q.views.of(m).first(q.pending())
 	}
 }
 
 func (q *queue) counts() ports.Counts {
 	return ports.Counts{
-		Pending:    q.dirs["pending"].Len(),
-		Processing: q.dirs["processing"].Len(),
-		Done:       q.dirs["done"].Len(),
+		Pending:    q.dirs[dirPending].Len(),
+		Processing: q.dirs[dirProcessing].Len(),
+		Done:       q.dirs[dirDone].Len(),
 	}
 }
+
+// task is the full record of e, a fresh copy the caller may change.
+func (q *queue) task(e *entry) domain.Task { return e.task(q.ref.Host, q.ref.Queue) }

@@ -1,6 +1,6 @@
 // Package memstore is the in-memory task index, kept per queue: every record
-// by id, each state directory in claim order, and what past claim queries
-// said about each item.
+// by id (in a compact form, entry.go), each state directory in claim order,
+// and for each recent claim query the pending tasks it accepts (views.go).
 //
 // On its own a Store is a ports.TaskRepository that forgets everything at
 // exit: the reference for tests/contract and a fast repository for tests of
@@ -11,6 +11,7 @@
 package memstore
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -69,18 +70,27 @@ func New(opts ...Option) *Store {
 	return s
 }
 
-// Load puts t into the index as it is, replacing any record with its key,
-// without vetting or persisting it. It is for the owner of a Persister
-// filling the index, before first use, with what was stored earlier.
-func (s *Store) Load(t domain.Task) {
+// Load puts t into the index as it is, without persisting it, and returns
+// the status of the record with t's key that it replaced ("" if none). It is
+// for the owner of a Persister filling the index, before first use, with
+// what was stored earlier, so t must be a record as domain.DecodeTask
+// returns them: Load fails only for one without a valid id or status. The
+// index keeps t's item, progress and result, which nobody may change
+// afterwards. Loads may run concurrently.
+func (s *Store) Load(t domain.Task) (replaced domain.Status, err error) {
+	e, err := newEntry(t)
+	if err != nil {
+		return "", err
+	}
 	q := s.lookup(ports.KeyOf(t).Ref(), true)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if old, ok := q.tasks[t.ID]; ok {
-		q.put(&old, t)
-		return
+	old := q.byID[e.id]
+	q.put(old, e)
+	if old == nil {
+		return "", nil
 	}
-	q.put(nil, t)
+	return old.state.status(), nil
 }
 
 // lookup returns the queue of ref, creating its index entry when create is
@@ -95,7 +105,7 @@ func (s *Store) lookup(ref ports.QueueRef, create bool) *queue {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if q = s.queues[ref]; q == nil {
-		q = newQueue()
+		q = newQueue(ref)
 		s.queues[ref] = q
 	}
 	return q
@@ -112,16 +122,20 @@ func (s *Store) Create(ctx context.Context, t domain.Task) error {
 	if err != nil {
 		return err
 	}
+	e, err := newEntry(stored)
+	if err != nil {
+		return domain.E(domain.KindInvalid, "invalid_task", "%v", err)
+	}
 	q := s.lookup(ports.KeyOf(t).Ref(), true)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if _, taken := q.tasks[t.ID]; taken {
+	if _, taken := q.byID[e.id]; taken {
 		return fmt.Errorf("create task %s: %w", t.ID, domain.ErrExists)
 	}
 	if err := s.persist.Put(nil, stored, data); err != nil {
 		return err
 	}
-	q.put(nil, stored)
+	q.put(nil, e)
 	return nil
 }
 
@@ -133,11 +147,11 @@ func (s *Store) Get(ctx context.Context, k ports.Key) (domain.Task, error) {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	t, ok := q.tasks[k.ID]
+	e, ok := q.get(k.ID)
 	if !ok {
 		return domain.Task{}, domain.ErrNotFound
 	}
-	return t.Clone(), nil
+	return q.task(e), nil
 }
 
 // Update applies fn to a copy of the task and stores the result. When fn
@@ -152,7 +166,7 @@ func (s *Store) Update(ctx context.Context, k ports.Key, fn func(*domain.Task) e
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	cur, ok := q.tasks[k.ID]
+	cur, ok := q.get(k.ID)
 	if !ok {
 		return domain.Task{}, domain.ErrNotFound
 	}
@@ -181,20 +195,29 @@ func (s *Store) ClaimNext(ctx context.Context, ref ports.QueueRef, m ports.Match
 // apply is the read-modify-write of Update and ClaimNext; q.mu is held. The
 // change is persisted before the index takes it, so a failed write leaves
 // both as they were.
-func (s *Store) apply(q *queue, cur domain.Task, fn func(*domain.Task) error) (domain.Task, error) {
-	next := cur.Clone()
+func (s *Store) apply(q *queue, cur *entry, fn func(*domain.Task) error) (domain.Task, error) {
+	old, next := q.task(cur), q.task(cur) // fn may scribble on next's pointers
 	if err := fn(&next); err != nil {
-		return cur.Clone(), err
+		return old, err
 	}
-	stored, data, err := checkUpdate(cur, next)
+	stored, data, err := checkUpdate(old, next)
 	if err != nil {
 		return domain.Task{}, err
 	}
-	if err := s.persist.Put(&cur, stored, data); err != nil {
+	e, err := newEntry(stored)
+	if err != nil {
+		return domain.Task{}, domain.E(domain.KindInternal, "invalid_task", "%v", err)
+	}
+	if err := s.persist.Put(&old, stored, data); err != nil {
 		return domain.Task{}, err
 	}
-	q.put(&cur, stored)
-	return stored.Clone(), nil
+	if bytes.Equal(e.item, cur.item) {
+		e.item = cur.item // the same item, decoded afresh: keep one copy
+	}
+	q.put(cur, e)
+	// stored shares no pointer with e, only the item, progress and result
+	// slices, which are never changed in place.
+	return stored, nil
 }
 
 // Delete removes a task for good.
@@ -208,14 +231,14 @@ func (s *Store) Delete(ctx context.Context, k ports.Key) error {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	t, ok := q.tasks[k.ID]
+	e, ok := q.get(k.ID)
 	if !ok {
 		return domain.ErrNotFound
 	}
-	if err := s.persist.Remove(t); err != nil {
+	if err := s.persist.Remove(q.task(e)); err != nil {
 		return err
 	}
-	q.remove(t)
+	q.remove(e)
 	return nil
 }
 
@@ -232,11 +255,11 @@ func (s *Store) Each(ctx context.Context, ref ports.QueueRef, dir string, fn fun
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var err error
-	q.dirs[dir].Ascend(func(o order) bool {
+	q.dirs[slices.Index(domain.Dirs, dir)].Ascend(func(e *entry) bool {
 		if err = ctx.Err(); err != nil {
 			return false
 		}
-		return fn(q.tasks[o.id].Clone())
+		return fn(q.task(e))
 	})
 	if err != nil {
 		return fmt.Errorf("each in %s/%s: %w", ref.Host, ref.Queue, err)

@@ -112,3 +112,70 @@ func TestPersister(t *testing.T) {
 		t.Errorf("Persister calls (-want +got):\n%s", d)
 	}
 }
+
+// countingMatcher accepts items equal to want and counts its calls.
+type countingMatcher struct {
+	want  string
+	calls int
+}
+
+func (m *countingMatcher) Key() string { return "equals " + m.want }
+
+func (m *countingMatcher) Match(item json.RawMessage) bool {
+	m.calls++
+	return string(item) == m.want
+}
+
+// TestQueryTestsEachTaskOnce checks what makes a claim cheap behind a deep
+// backlog it does not match: a query tests each pending task once, however
+// many claims ask, and a task again when it comes back to pending.
+func TestQueryTestsEachTaskOnce(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	now := time.UnixMilli(1751500000000)
+	post := func(n int, item string) ports.Key {
+		t.Helper()
+		posted, _ := domain.Post(fmt.Sprintf("%016x", 0xd0000000+n), "task.example.com", "resize",
+			json.RawMessage(item), "", now.Add(time.Duration(n)*time.Second))
+		if err := s.Create(ctx, posted); err != nil {
+			t.Fatal(err)
+		}
+		return ports.KeyOf(posted)
+	}
+	claim := func(t *domain.Task) error {
+		next, _, err := t.Claim("box-1", time.Minute, now)
+		*t = next
+		return err
+	}
+	const backlog = 1000
+	for n := range backlog {
+		post(n, `"image"`)
+	}
+	ref := ports.QueueRef{Host: "task.example.com", Queue: "resize"}
+	videos := &countingMatcher{want: `"video"`}
+	for n := range 100 {
+		k := post(backlog+n, `"video"`)
+		got, err := s.ClaimNext(ctx, ref, videos, claim)
+		if err != nil || got.ID != k.ID {
+			t.Fatalf("claim %d = %s, %v; want %s", n, got.ID, err, k.ID)
+		}
+	}
+	if videos.calls != backlog+100 {
+		t.Errorf("query ran %d times for %d tasks, want once each", videos.calls, backlog+100)
+	}
+	// A claimed video comes back: it is tested again, and taken again.
+	k := ports.Key{Host: ref.Host, Queue: ref.Queue, ID: fmt.Sprintf("%016x", 0xd0000000+backlog)}
+	if _, err := s.Update(ctx, k, func(t *domain.Task) error {
+		next, _, err := t.Requeue(domain.CauseLease, now)
+		*t = next
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.ClaimNext(ctx, ref, videos, claim); err != nil || got.ID != k.ID {
+		t.Fatalf("claim after re-queue = %s, %v; want %s", got.ID, err, k.ID)
+	}
+	if videos.calls != backlog+101 {
+		t.Errorf("query ran %d times, want %d: once more, for the re-queued task", videos.calls, backlog+101)
+	}
+}
