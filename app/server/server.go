@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -369,6 +370,9 @@ var AdminModule = fx.Module("admin",
 	fx.Invoke(func(lc fx.Lifecycle, cfg Config, m *metrics.Metrics, ready *Ready, logger *zap.Logger) {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", m.Handler())
+		// Profiles for operators; the admin listener is loopback by default.
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 			_, _ = w.Write([]byte("ok\n"))
 		})
