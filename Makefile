@@ -5,6 +5,7 @@
 #   make fuzz FUZZTIME=2m     every Fuzz target, one after the other
 #   make faults FAULT_CYCLES=100  kill -9 the server that often under load, then
 #                             check no task was lost or finished twice
+#   make bench                measure this build (BENCHMARKS.md); bench-peers: vs beanstalkd
 
 GO       ?= go
 FUZZTIME ?= 30s
@@ -13,7 +14,7 @@ BIN      := bin/taskhoster
 # The Go toolchain's usual home, for shells that do not have it on PATH.
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: build run test fuzz faults bench clean
+.PHONY: build run test fuzz faults bench bench-peers clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/taskhoster
@@ -50,9 +51,19 @@ FAULT_CYCLES ?= 50
 faults:
 	FAULT_CYCLES=$(FAULT_CYCLES) $(GO) test -race -count=1 -v -run '^TestFaults$$' -timeout 3h ./tests/faults
 
-# Placeholder until the benchmarks land: runs every Benchmark once over.
-bench:
-	$(GO) test -run '^$$' -bench . ./...
+# Issue 6's benchmark (BENCHMARKS.md): `taskhoster bench` on the machine's
+# own disc and, as root, on a journaled ext4 image scripts/bench.sh creates
+# and removes. Reports go to var/bench/. BENCH_FLAGS passes flags to the
+# bench, e.g. BENCH_FLAGS="-n 5000 -runs 1" for a quick look.
+BENCH_FLAGS ?=
+bench: build
+	scripts/bench.sh $(BENCH_FLAGS)
+
+# The same throughput workload, round by round, against Taskhoster,
+# beanstalkd (apt-get installs it if missing) and fsfloor, on both discs,
+# with the ratios.
+bench-peers: build
+	scripts/bench.sh --peers $(BENCH_FLAGS)
 
 # Removes the binary and the data `make run` left in var/.
 clean:

@@ -3,6 +3,7 @@ module github.com/taskhoster/taskhoster
 go 1.26.8
 
 require (
+	github.com/beanstalkd/go-beanstalk v0.2.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-chi/chi/v5 v5.5.0

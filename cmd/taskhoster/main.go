@@ -13,6 +13,7 @@ const usage = `taskhoster: durable task queues from a folder.
 Usage:
   taskhoster serve [flags]         serve the hosts folder (see serve -h)
   taskhoster check --hosts DIR     validate a hosts folder; non-zero exit on any error
+  taskhoster bench [flags]         measure throughput, latency, start-up, memory (see bench -h)
 
 As a client (each takes --server URL, --host NAME, --token T, or
 TASKHOSTER_SERVER, TASKHOSTER_HOST, TASKHOSTER_TOKEN):
@@ -40,6 +41,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(rest, stderr)
 	case "check":
 		return check(rest, stdout, stderr)
+	case "bench":
+		return benchCmd(rest, stdout, stderr)
 	case "post":
 		return post(rest, os.Stdin, stdout, stderr)
 	case "status":

@@ -1,0 +1,302 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestPercentile(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		var d []time.Duration
+		for _, x := range v {
+			d = append(d, time.Duration(x)*time.Millisecond)
+		}
+		return d
+	}
+	hundred := make([]int, 100)
+	for i := range hundred {
+		hundred[i] = 100 - i // 100..1, unsorted
+	}
+	tests := []struct {
+		name    string
+		samples []time.Duration
+		p       float64
+		want    time.Duration
+	}{
+		{"empty", nil, 50, 0},
+		{"one", ms(7), 99, 7 * time.Millisecond},
+		{"median of odd", ms(3, 1, 2), 50, 2 * time.Millisecond},
+		{"median of even is the lower middle", ms(4, 1, 3, 2), 50, 2 * time.Millisecond},
+		{"p50 of 1..100", ms(hundred...), 50, 50 * time.Millisecond},
+		{"p99 of 1..100", ms(hundred...), 99, 99 * time.Millisecond},
+		{"p100 is the max", ms(hundred...), 100, 100 * time.Millisecond},
+		{"tiny p is the min", ms(hundred...), 0.001, time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Percentile(tt.samples, tt.p); got != tt.want {
+				t.Errorf("Percentile(%v, %v) = %v, want %v", tt.samples, tt.p, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	tests := []struct {
+		name string
+		runs []float64
+		want Summary
+		str  string
+	}{
+		{"none", nil, Summary{}, "-"},
+		{"one", []float64{5}, Summary{5, 5, 5, []float64{5}}, "5.00"},
+		{"odd", []float64{1200, 900, 1500}, Summary{1200, 900, 1500, []float64{1200, 900, 1500}}, "1200 [900–1500]"},
+		{"even", []float64{4, 1, 3, 2}, Summary{2.5, 1, 4, []float64{4, 1, 3, 2}}, "2.50 [1.00–4.00]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Summarize(tt.runs)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Summarize (-want +got):\n%s", diff)
+			}
+			if s := got.String(); s != tt.str {
+				t.Errorf("String() = %q, want %q", s, tt.str)
+			}
+		})
+	}
+	if r := Ratio(Summary{Median: 3}, Summary{Median: 2}); r != 1.5 {
+		t.Errorf("Ratio = %v, want 1.5", r)
+	}
+	if r := Ratio(Summary{Median: 3}, Summary{}); r != 0 {
+		t.Errorf("Ratio over nothing = %v, want 0", r)
+	}
+}
+
+func TestItemCarriesItsSequence(t *testing.T) {
+	for _, size := range []int{10, 200, 1000} {
+		it := item(1234, "work", size)
+		if size >= 40 && len(it) != size {
+			t.Errorf("item of size %d is %d bytes", size, len(it))
+		}
+		seq, err := seqOf(it)
+		if err != nil || seq != 1234 {
+			t.Errorf("seqOf(%s) = %d, %v", it, seq, err)
+		}
+	}
+	if _, err := seqOf([]byte(`{"url":"x"}`)); err == nil {
+		t.Error("seqOf accepted an item without seq")
+	}
+}
+
+// TestLedgerCatchesDoubleAndMissing: the check at the end of a run fails
+// when a task was accepted twice, or never.
+func TestLedgerCatchesDoubleAndMissing(t *testing.T) {
+	l := newLedger(3)
+	for i := range 3 {
+		l.ids[i] = fmt.Sprintf("%016x", i)
+	}
+	l.accept(0, l.ids[0])
+	l.accept(1, l.ids[1])
+	if _, err := l.verify(); err == nil || !strings.Contains(err.Error(), "task 2") {
+		t.Errorf("verify with a task never finished: %v", err)
+	}
+	l.accept(1, l.ids[1])
+	if _, err := l.verify(); err == nil || !strings.Contains(err.Error(), "finished twice") {
+		t.Errorf("verify with a task finished twice: %v", err)
+	}
+	l = newLedger(1)
+	l.ids[0] = "a"
+	l.accept(0, "b")
+	if _, err := l.verify(); err == nil || !strings.Contains(err.Error(), "finished as b") {
+		t.Errorf("verify with the wrong id finished: %v", err)
+	}
+}
+
+func TestCountResults(t *testing.T) {
+	line := func(id, event string) string {
+		return fmt.Sprintf(`{"t":1,"at":"x","host":"bench.local","queue":"bench","id":%q,"event":%q}`+"\n", id, event)
+	}
+	tests := []struct {
+		name   string
+		log    string
+		strict bool
+		want   string // part of the error; "" for none
+	}{
+		{"each once", line("a", "posted") + line("a", "result") + line("b", "result"), true, ""},
+		{"twice", line("a", "result") + line("a", "result") + line("b", "result"), true, "task a has 2 result events"},
+		{"missing", line("a", "result"), true, "task b has 0 result events"},
+		{"stranger, strict", line("a", "result") + line("b", "result") + line("c", "result"), true, "did not post"},
+		{"stranger, lenient", line("a", "result") + line("b", "result") + line("c", "result"), false, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(dir, "tasks"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "tasks", "2026-01-01.jsonl"), []byte(tt.log), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			err := CountResults(dir, "bench", []string{"a", "b"}, tt.strict)
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("CountResults: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("CountResults = %v, want an error with %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// server is the taskhoster binary, built once for the package's tests
+// (without the race detector: it is what is measured, not what is tested).
+var server struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if server.bin != "" {
+		os.RemoveAll(filepath.Dir(server.bin))
+	}
+	os.Exit(code)
+}
+
+func buildServer(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the server")
+	}
+	server.once.Do(func() {
+		dir, err := os.MkdirTemp("", "bench-test-")
+		if err != nil {
+			server.err = err
+			return
+		}
+		server.bin = filepath.Join(dir, "taskhoster")
+		cmd := exec.Command("go", "build", "-o", server.bin, "../../cmd/taskhoster")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			server.err = fmt.Errorf("build taskhoster: %v\n%s", err, out.String())
+		}
+	})
+	if server.err != nil {
+		t.Fatal(server.err)
+	}
+	return server.bin
+}
+
+// TestSmoke runs every section with tiny figures against real servers:
+// each run must verify (every task finished exactly once, by the clients
+// and by the event log) and the report must print. No figure is judged.
+func TestSmoke(t *testing.T) {
+	t.Parallel()
+	bin := buildServer(t)
+	c := Defaults()
+	c.Binary, c.Dir, c.Label = bin, t.TempDir(), "test"
+	c.Runs, c.N, c.Loads, c.K = 1, 60, []Pair{{2, 3}}, 2
+	c.Handoffs, c.Depths, c.Claims, c.Memory, c.Settle = 5, []int{40}, 3, 100, 10*time.Millisecond
+	c.Timeout = time.Minute
+	var progress bytes.Buffer
+	c.Progress = &progress
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatalf("Run: %v\nprogress:\n%s", err, progress.String())
+	}
+	if got := len(rep.Throughput); got != 4 {
+		t.Errorf("%d throughput rows, want 4 (2 transports × 2 sync modes)", got)
+	}
+	for _, r := range rep.Throughput {
+		if r.Failed != 0 || len(r.TPS.Runs) != 1 || r.TPS.Median <= 0 {
+			t.Errorf("throughput row %+v", r)
+		}
+	}
+	if len(rep.Handoff) != 2 || len(rep.Depth) != 1 || rep.Memory == nil {
+		t.Errorf("report: %d hand-off rows, %d depth rows, memory %v", len(rep.Handoff), len(rep.Depth), rep.Memory)
+	}
+	var out bytes.Buffer
+	if err := rep.Print(&out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"1. Throughput", "2. Hand-off", "3. Depth", "4. Start-up", "5. Memory"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+	// Every run removed its folder.
+	if left, _ := os.ReadDir(c.Dir); len(left) != 0 {
+		t.Errorf("left behind in the bench folder: %v", left)
+	}
+}
+
+// TestSmokeExisting measures a server the bench did not start, and checks
+// its event log through --logs.
+func TestSmokeExisting(t *testing.T) {
+	t.Parallel()
+	bin := buildServer(t)
+	f, err := NewFolders(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := StartServer(bin, f, "none", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Kill()
+	c := Defaults()
+	c.Existing, c.Logs = s.Target, f.Logs
+	c.Sections = []string{SectionThroughput, SectionHandoff}
+	c.Runs, c.N, c.Loads, c.K, c.Handoffs = 2, 30, []Pair{{2, 2}}, 1, 3
+	c.Transports = []string{Socket}
+	c.Timeout = time.Minute
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(rep.Throughput) != 1 || len(rep.Throughput[0].TPS.Runs) != 2 || len(rep.Handoff) != 1 {
+		t.Errorf("report: %+v", rep)
+	}
+}
+
+// TestSmokePeers runs the peer comparison with beanstalkd, if this machine
+// has it (`make bench-peers` installs it).
+func TestSmokePeers(t *testing.T) {
+	t.Parallel()
+	bin := buildServer(t)
+	bs, err := exec.LookPath("beanstalkd")
+	if err != nil {
+		t.Skip("beanstalkd is not installed")
+	}
+	c := Defaults()
+	c.Binary, c.Dir, c.Peers, c.Beanstalkd = bin, t.TempDir(), true, bs
+	c.Runs, c.N, c.Loads, c.K = 1, 50, []Pair{{2, 2}}, 2
+	c.Timeout = time.Minute
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(rep.Peers) != 1 {
+		t.Fatalf("%d peer rows", len(rep.Peers))
+	}
+	for _, name := range []string{"taskhoster always", "taskhoster none", "beanstalkd -f0", "beanstalkd nobinlog"} {
+		if rep.Peers[0].TPS[name].Median <= 0 {
+			t.Errorf("no figure for %s: %+v", name, rep.Peers[0].TPS)
+		}
+	}
+	if len(rep.Peers[0].Ratios) < 2 {
+		t.Errorf("ratios: %+v", rep.Peers[0].Ratios)
+	}
+}

@@ -1,0 +1,194 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// api is a lean client of one queue: the requests the bench makes, with
+// nothing between the wire and the clock (the client package retries and
+// reconnects, which a measurement must not hide).
+type api struct {
+	t  Target
+	hc *http.Client
+}
+
+// newAPI returns a client that keeps enough idle connections for conns
+// concurrent callers, so that no request pays for a new TCP connection.
+func newAPI(t Target, conns int) *api {
+	tr := &http.Transport{
+		Proxy:               nil, // loopback only
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
+		MaxIdleConns:        conns + 16,
+		MaxIdleConnsPerHost: conns + 16,
+		IdleConnTimeout:     time.Minute,
+	}
+	return &api{t: t, hc: &http.Client{Transport: tr}}
+}
+
+func (a *api) close() { a.hc.CloseIdleConnections() }
+
+func (a *api) do(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, a.t.URL+path, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Host = a.t.Host
+	if a.t.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+a.t.Token)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, data, err
+}
+
+// post posts item and returns the new task's id.
+func (a *api) post(ctx context.Context, item []byte) (string, error) {
+	code, data, err := a.do(ctx, http.MethodPost, "/"+url.PathEscape(a.t.Queue), item)
+	if err != nil {
+		return "", fmt.Errorf("post: %w", err)
+	}
+	if code != http.StatusCreated {
+		return "", fmt.Errorf("post: HTTP %d %s", code, bytes.TrimSpace(data))
+	}
+	var created struct{ ID string }
+	if err := json.Unmarshal(data, &created); err != nil || created.ID == "" {
+		return "", fmt.Errorf("post: answer %q", data)
+	}
+	return created.ID, nil
+}
+
+// claimed is a task handed to a worker, over HTTP or the socket.
+type claimed struct {
+	Type     string          `json:"type"` // socket only
+	Ref      int64           `json:"ref"`  // socket only
+	ID       string          `json:"id"`
+	Item     json.RawMessage `json:"item"`
+	Accepted bool            `json:"accepted"` // an ack
+	Error    string          `json:"error"`
+	Message  string          `json:"message"`
+}
+
+// claim asks over HTTP for a task matching query (nil: any), waiting up to
+// wait; ok is false on 204.
+func (a *api) claim(ctx context.Context, worker string, query json.RawMessage, wait time.Duration) (c claimed, ok bool, err error) {
+	body, _ := json.Marshal(map[string]any{"worker": worker, "query": query, "wait": wait.Seconds()})
+	if query == nil {
+		body, _ = json.Marshal(map[string]any{"worker": worker, "wait": wait.Seconds()})
+	}
+	code, data, err := a.do(ctx, http.MethodPost, "/"+url.PathEscape(a.t.Queue)+"/claim", body)
+	switch {
+	case err != nil:
+		return c, false, fmt.Errorf("claim: %w", err)
+	case code == http.StatusNoContent:
+		return c, false, nil
+	case code != http.StatusOK:
+		return c, false, fmt.Errorf("claim: HTTP %d %s", code, bytes.TrimSpace(data))
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
+		return c, false, fmt.Errorf("claim: answer %q: %w", data, err)
+	}
+	return c, true, nil
+}
+
+// resultBody is what every bench worker hands in.
+var resultBody = json.RawMessage(`{"ok":true}`)
+
+// result hands in the result of task id over HTTP.
+func (a *api) result(ctx context.Context, id, worker string) (bool, error) {
+	body, _ := json.Marshal(map[string]any{"worker": worker, "result": resultBody})
+	code, data, err := a.do(ctx, http.MethodPost, "/"+url.PathEscape(a.t.Queue)+"/"+id+"/result", body)
+	if err != nil {
+		return false, fmt.Errorf("result: %w", err)
+	}
+	if code != http.StatusOK {
+		return false, fmt.Errorf("result: HTTP %d %s", code, bytes.TrimSpace(data))
+	}
+	var ack claimed
+	if err := json.Unmarshal(data, &ack); err != nil {
+		return false, fmt.Errorf("result: answer %q: %w", data, err)
+	}
+	return ack.Accepted, nil
+}
+
+// dial opens the worker socket as worker.
+func (a *api) dial(ctx context.Context, worker string) (*websocket.Conn, error) {
+	u := "ws" + strings.TrimPrefix(a.t.URL, "http") + "/" + url.PathEscape(a.t.Queue) + "/work?worker=" + url.QueryEscape(worker)
+	h := http.Header{"Host": {a.t.Host}} // gorilla sends this as the Host
+	if a.t.Token != "" {
+		h.Set("Authorization", "Bearer "+a.t.Token)
+	}
+	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
+	c, resp, err := d.DialContext(ctx, u, h)
+	if err != nil {
+		if resp != nil {
+			return nil, fmt.Errorf("dial worker socket: %w (HTTP %d)", err, resp.StatusCode)
+		}
+		return nil, fmt.Errorf("dial worker socket: %w", err)
+	}
+	return c, nil
+}
+
+// socketClaim and socketResult are the two messages a bench worker sends.
+func socketClaim(ref int64, query json.RawMessage) []byte {
+	if query == nil {
+		return fmt.Appendf(nil, `{"type":"claim","ref":%d}`, ref)
+	}
+	return fmt.Appendf(nil, `{"type":"claim","ref":%d,"query":%s}`, ref, query)
+}
+
+func socketResult(ref int64, id string) []byte {
+	return fmt.Appendf(nil, `{"type":"result","ref":%d,"id":%q,"result":%s}`, ref, id, resultBody)
+}
+
+// readMsg reads one socket message.
+func readMsg(c *websocket.Conn) (claimed, error) {
+	var m claimed
+	_, data, err := c.ReadMessage()
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, fmt.Errorf("socket message %q: %w", data, err)
+	}
+	if m.Type == "error" {
+		return m, fmt.Errorf("socket error %s: %s", m.Error, m.Message)
+	}
+	return m, nil
+}
+
+// item is a bench task's item: its sequence number, padded to about size
+// bytes. kind lets the depth bench tell fillers from the task it claims.
+func item(seq int, kind string, size int) []byte {
+	head := fmt.Sprintf(`{"seq":%d,"kind":%q,"pad":"`, seq, kind)
+	pad := max(size-len(head)-2, 0)
+	return []byte(head + strings.Repeat("x", pad) + `"}`)
+}
+
+// seqOf reads the sequence number back from an item.
+func seqOf(raw json.RawMessage) (int, error) {
+	var it struct {
+		Seq *int `json:"seq"`
+	}
+	if err := json.Unmarshal(raw, &it); err != nil || it.Seq == nil {
+		return 0, fmt.Errorf("item %.80q is not a bench item", raw)
+	}
+	return *it.Seq, nil
+}

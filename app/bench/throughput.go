@@ -1,0 +1,295 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// Load is one throughput workload: P producers post N tasks of about
+// ItemBytes while W workers finish them, each worker keeping K tasks in
+// flight (K open claims on one socket, or K HTTP long-poll loops).
+type Load struct {
+	N, P, W, K int
+	ItemBytes  int
+	// Timeout bounds the run; a run that has not finished by then fails.
+	Timeout time.Duration
+}
+
+// Transports a Taskhoster worker can use.
+const (
+	Socket = "socket"
+	HTTP   = "http"
+)
+
+// produce runs the producers: each takes the next sequence number, posts
+// its task with post and records the id. It returns when every task is
+// posted or the run stopped.
+func produce(ctx context.Context, l *ledger, ld Load, post func(ctx context.Context, seq int, item []byte) (string, error)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range ld.P {
+		wg.Go(func() {
+			for !l.stopped() {
+				seq := int(next.Add(1)) - 1
+				if seq >= ld.N {
+					return
+				}
+				body := item(seq, "work", ld.ItemBytes)
+				l.postStart[seq].Store(l.now())
+				id, err := post(ctx, seq, body)
+				l.postEnd[seq].Store(l.now())
+				if err != nil {
+					l.fail(fmt.Errorf("post task %d: %w", seq, err))
+					return
+				}
+				l.ids[seq] = id
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// runLoad starts the workers (each a function returning when the run
+// stops), then the producers, and waits for the run to finish or time out.
+func runLoad(ctx context.Context, ld Load, l *ledger, workers []func(context.Context), post func(context.Context, int, []byte) (string, error)) (LoadRun, error) {
+	ctx, cancel := context.WithTimeout(ctx, ld.Timeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-ctx.Done():
+			l.fail(fmt.Errorf("run not finished after %s: %d of %d tasks done", ld.Timeout, l.completed.Load(), ld.N))
+		case <-l.done:
+		}
+	}()
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Go(func() { w(ctx) })
+	}
+	produce(ctx, l, ld, post)
+	<-l.done
+	cancel()
+	wg.Wait()
+	return l.verify()
+}
+
+// Throughput runs ld against t with workers over transport, and checks
+// that every task was finished exactly once as far as the clients saw.
+// It returns the ids posted, for checking the server's event log.
+func Throughput(ctx context.Context, t Target, transport string, ld Load) (LoadRun, []string, error) {
+	a := newAPI(t, ld.P+ld.W*ld.K)
+	defer a.close()
+	l := newLedger(ld.N)
+	var workers []func(context.Context)
+	for w := range ld.W {
+		name := fmt.Sprintf("w%d", w)
+		switch transport {
+		case Socket:
+			workers = append(workers, func(ctx context.Context) { socketWorker(ctx, a, name, ld.K, l) })
+		case HTTP:
+			for k := range ld.K {
+				name := fmt.Sprintf("%s-%d", name, k)
+				workers = append(workers, func(ctx context.Context) { httpWorker(ctx, a, name, l) })
+			}
+		default:
+			return LoadRun{}, nil, fmt.Errorf("unknown transport %q", transport)
+		}
+	}
+	post := func(ctx context.Context, _ int, body []byte) (string, error) { return a.post(ctx, body) }
+	r, err := runLoad(ctx, ld, l, workers, post)
+	return r, l.ids, err
+}
+
+// socketWorker keeps k claims open on one socket: each task it is handed
+// is answered at once with a result, and when that is acknowledged the
+// worker claims again. It returns when the run stops.
+func socketWorker(ctx context.Context, a *api, name string, k int, l *ledger) {
+	c, err := a.dial(ctx, name)
+	if err != nil {
+		l.fail(err)
+		return
+	}
+	// Closing the socket ends the read loop; the server drops the claims
+	// still open.
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-l.done:
+		}
+		_ = c.Close()
+	}()
+	ref := int64(0)
+	send := func(msg []byte) bool {
+		if err := c.WriteMessage(websocket.TextMessage, msg); err != nil {
+			if !l.stopped() {
+				l.fail(fmt.Errorf("worker %s: %w", name, err))
+			}
+			return false
+		}
+		return true
+	}
+	for range k {
+		ref++
+		if !send(socketClaim(ref, nil)) {
+			return
+		}
+	}
+	type held struct {
+		seq int
+		id  string
+	}
+	inFlight := map[int64]held{} // result ref → its task
+	for {
+		m, err := readMsg(c)
+		if err != nil {
+			if !l.stopped() {
+				l.fail(fmt.Errorf("worker %s: %w", name, err))
+			}
+			return
+		}
+		switch m.Type {
+		case "task":
+			seq, err := seqOf(m.Item)
+			if err == nil {
+				err = l.check(seq)
+			}
+			if err != nil {
+				l.fail(err)
+				return
+			}
+			l.delivered[seq].Store(l.now())
+			ref++
+			inFlight[ref] = held{seq, m.ID}
+			l.resultSent[seq].Store(l.now())
+			if !send(socketResult(ref, m.ID)) {
+				return
+			}
+		case "ack":
+			h, ok := inFlight[m.Ref]
+			if !ok {
+				l.fail(fmt.Errorf("worker %s: ack for unknown ref %d", name, m.Ref))
+				return
+			}
+			delete(inFlight, m.Ref)
+			if !m.Accepted {
+				l.fail(fmt.Errorf("worker %s: result of task %d (%s) refused", name, h.seq, h.id))
+				return
+			}
+			l.accept(h.seq, h.id)
+			ref++
+			if !send(socketClaim(ref, nil)) {
+				return
+			}
+		default:
+			l.fail(fmt.Errorf("worker %s: unexpected message %q", name, m.Type))
+			return
+		}
+	}
+}
+
+// httpWorker claims over HTTP (long-poll, up to a second), hands in the
+// result and claims again, until the run stops.
+func httpWorker(ctx context.Context, a *api, name string, l *ledger) {
+	for !l.stopped() {
+		c, ok, err := a.claim(ctx, name, nil, time.Second)
+		if err != nil {
+			if !l.stopped() {
+				l.fail(fmt.Errorf("worker %s: %w", name, err))
+			}
+			return
+		}
+		if !ok {
+			continue
+		}
+		seq, err := seqOf(c.Item)
+		if err == nil {
+			err = l.check(seq)
+		}
+		if err != nil {
+			l.fail(err)
+			return
+		}
+		l.delivered[seq].Store(l.now())
+		l.resultSent[seq].Store(l.now())
+		accepted, err := a.result(ctx, c.ID, name)
+		if err != nil {
+			if !l.stopped() {
+				l.fail(fmt.Errorf("worker %s: %w", name, err))
+			}
+			return
+		}
+		if !accepted {
+			l.fail(fmt.Errorf("worker %s: result of task %d (%s) refused", name, seq, c.ID))
+			return
+		}
+		l.accept(seq, c.ID)
+	}
+}
+
+// CountResults reads the event log under logs and counts the "result"
+// events of queue's tasks: each of ids must have exactly one. With strict,
+// no other task of the queue may have any (a queue the bench created holds
+// only the run's tasks); an existing server's queue may hold older ones.
+func CountResults(logs, queue string, ids []string, strict bool) error {
+	want := make(map[string]int, len(ids))
+	for _, id := range ids {
+		want[id] = 0
+	}
+	files, err := filepath.Glob(filepath.Join(logs, "tasks", "*.jsonl"))
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return fmt.Errorf("no event log day files under %s", logs)
+	}
+	var errs []error
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			return err
+		}
+		sc := bufio.NewScanner(fh)
+		sc.Buffer(make([]byte, 1<<20), 64<<20)
+		for sc.Scan() {
+			var ev struct{ ID, Event, Queue string }
+			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+				errs = append(errs, fmt.Errorf("%s: line %.80q: %w", f, sc.Bytes(), err))
+				continue
+			}
+			if ev.Event != "result" || ev.Queue != queue {
+				continue
+			}
+			n, ok := want[ev.ID]
+			if !ok {
+				if !strict {
+					continue
+				}
+				errs = append(errs, fmt.Errorf("result event for task %s, which the run did not post", ev.ID))
+				continue
+			}
+			want[ev.ID] = n + 1
+		}
+		fh.Close()
+		if err := sc.Err(); err != nil {
+			return err
+		}
+	}
+	for id, n := range want {
+		if n != 1 {
+			errs = append(errs, fmt.Errorf("task %s has %d result events, want 1", id, n))
+		}
+		if len(errs) > 10 {
+			break
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Issue 6's benchmark on two discs: the machine's own disc (a folder on it,
+# never tmpfs) and, as root, a journaled ext4 image this script creates,
+# loop-mounts, and removes at the end whatever happens.
+#
+#   scripts/bench.sh [--peers] [taskhoster bench flags...]
+#
+# Without --peers: `taskhoster bench` (throughput, hand-off, memory, depth,
+# start-up) on each disc. With --peers: the interleaved comparison with
+# beanstalkd (installed with apt-get if missing, as root) and fsfloor
+# (built from ../shared/tools/fsfloor into a temp folder).
+#
+# Environment:
+#   BENCH_BIN    the taskhoster binary (default bin/taskhoster; `make bench` builds it)
+#   BENCH_DIR    folder on the own disc (default /var/tmp/taskhoster-bench)
+#   BENCH_OUT    where the reports go, as .txt and .json (default var/bench)
+#   BENCH_COMMIT the source BENCH_BIN was built from (default: git describe now)
+#   BENCH_IMAGE  0 skips the journaled image; BENCH_OWN=0 skips the own disc
+#   FSFLOOR_SRC  the fsfloor sources (default ../shared/tools/fsfloor)
+set -euo pipefail
+
+peers=0
+if [ "${1:-}" = "--peers" ]; then
+	peers=1
+	shift
+fi
+bin=${BENCH_BIN:-bin/taskhoster}
+own=${BENCH_DIR:-/var/tmp/taskhoster-bench}
+out=${BENCH_OUT:-var/bench}
+fsfloor_src=${FSFLOOR_SRC:-../shared/tools/fsfloor}
+
+say() { printf '== %s\n' "$*" >&2; }
+
+[ -x "$bin" ] || { say "no $bin: run 'make build' first"; exit 2; }
+# The source the binary was just built from (make bench builds it first).
+commit=${BENCH_COMMIT:-$(git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)}
+mkdir -p "$own" "$out"
+fstype=$(findmnt -n -o FSTYPE -T "$own" || echo unknown)
+case "$fstype" in
+tmpfs | ramfs | overlay)
+	say "$own is on $fstype, not a disc: set BENCH_DIR to a folder on a disc"
+	exit 2
+	;;
+esac
+
+tmp=$(mktemp -d)
+img="" mnt=""
+cleanup() {
+	if [ -n "$mnt" ] && mountpoint -q "$mnt"; then
+		umount "$mnt" 2>/dev/null || umount -l "$mnt" || true
+	fi
+	[ -n "$mnt" ] && rmdir "$mnt" 2>/dev/null || true
+	[ -n "$img" ] && rm -f "$img"
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+discs=()
+if [ "${BENCH_OWN:-1}" = 0 ]; then
+	say "BENCH_OWN=0: skipping the own disc"
+else
+	discs+=("$own|own disc ($fstype, $(findmnt -n -o SOURCE -T "$own"))")
+fi
+if [ "${BENCH_IMAGE:-1}" = 0 ]; then
+	say "BENCH_IMAGE=0: skipping the journaled image"
+elif [ "$(id -u)" != 0 ]; then
+	say "not root: skipping the journaled ext4 image (it needs mount -o loop); the own disc only"
+else
+	img="$own/journaled-ext4.img"
+	mnt="$own/journaled-ext4"
+	rm -f "$img"
+	truncate -s 2G "$img"
+	mkfs.ext4 -q -F "$img"
+	mkdir -p "$mnt"
+	mount -o loop "$img" "$mnt"
+	discs+=("$mnt|journaled ext4 image (2 GiB, loop-mounted)")
+fi
+
+extra=()
+if [ "$peers" = 1 ]; then
+	if ! command -v beanstalkd >/dev/null; then
+		if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+			say "installing beanstalkd"
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq beanstalkd >/dev/null ||
+				say "could not install beanstalkd"
+		fi
+	fi
+	if command -v beanstalkd >/dev/null; then
+		extra+=(--beanstalkd "$(command -v beanstalkd)")
+	else
+		say "no beanstalkd: its runs are skipped"
+	fi
+	if [ -d "$fsfloor_src" ] && (cd "$fsfloor_src" && go build -o "$tmp/fsfloor" .); then
+		extra+=(--fsfloor "$tmp/fsfloor")
+	else
+		say "could not build fsfloor from $fsfloor_src: its runs are skipped"
+	fi
+fi
+
+status=0
+for entry in "${discs[@]}"; do
+	dir=${entry%%|*}
+	label=${entry#*|}
+	name=own
+	[ "$dir" = "$mnt" ] && name=journaled
+	flags=()
+	if [ "$peers" = 1 ]; then
+		flags=(--peers "${extra[@]}")
+		name="$name-peers"
+	elif [ "$dir" = "$mnt" ]; then
+		# 2 GiB hold no million task files (one 4 KiB block and one inode
+		# each); memory does not depend on the disc.
+		flags=(--sections throughput,handoff,depth --depths 100,10000)
+	fi
+	say "$label: $dir"
+	if ! "$bin" bench --dir "$dir/run" --label "$label" --commit "$commit" --json "$out/$name.json" "${flags[@]}" "$@" |
+		tee "$out/$name.txt"; then
+		status=1
+	fi
+	rm -rf "$dir/run"
+done
+say "reports: $out/*.txt, $out/*.json"
+exit $status
