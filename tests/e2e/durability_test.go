@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -235,8 +236,11 @@ func TestTimersOverHTTP(t *testing.T) {
 	if r := s.do("POST", "/public/"+never+"/result", "", `{"result":1}`); r.JSON(t)["accepted"] != false {
 		t.Errorf("result after timeout: %s", r.Body)
 	}
+	// The file goes first, then the cleaned line: wait for both.
 	eventually(t, "retention to clean both tasks", func() bool {
-		return !exists(s.taskFile("public", "done", slow)) && !exists(s.taskFile("public", "done", never))
+		gone := !exists(s.taskFile("public", "done", slow)) && !exists(s.taskFile("public", "done", never))
+		logged := slices.Contains(s.eventsOf(slow), "cleaned") && slices.Contains(s.eventsOf(never), "cleaned")
+		return gone && logged
 	})
 	want := map[string][]string{
 		slow:  {"posted", "claimed", "requeue", "result", "cleaned"},
