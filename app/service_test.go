@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/taskhoster/taskhoster/adapters/clock"
+	"github.com/taskhoster/taskhoster/adapters/memlog"
 	"github.com/taskhoster/taskhoster/adapters/memstore"
 	"github.com/taskhoster/taskhoster/adapters/notify"
 	"github.com/taskhoster/taskhoster/adapters/schema"
@@ -21,46 +22,6 @@ import (
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
 )
-
-// recordingLog is an EventLog that keeps events in memory, in order.
-type recordingLog struct {
-	mu     sync.Mutex
-	events []domain.Event
-	fail   error
-	// yield makes Append give up the processor first, widening the window
-	// in which a concurrent transition could overtake this one.
-	yield bool
-}
-
-var _ ports.EventLog = (*recordingLog)(nil)
-
-func (l *recordingLog) Append(_ context.Context, ev domain.Event, _ bool) error {
-	if l.yield {
-		for range rand.IntN(50) {
-			runtime.Gosched()
-		}
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.fail != nil {
-		return l.fail
-	}
-	l.events = append(l.events, ev)
-	return nil
-}
-
-// kinds lists the event kinds logged for one task.
-func (l *recordingLog) kinds(id string) []domain.EventKind {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []domain.EventKind
-	for _, ev := range l.events {
-		if ev.Task.ID == id {
-			out = append(out, ev.Kind)
-		}
-	}
-	return out
-}
 
 // countingSyncer counts flushes, to show which use cases wait for one.
 type countingSyncer struct {
@@ -84,7 +45,7 @@ func (s *countingSyncer) count() int {
 type fixture struct {
 	svc   *app.Service
 	repo  *memstore.Store
-	log   *recordingLog
+	log   *memlog.Log
 	sync  *countingSyncer
 	clock *clock.Fake
 	q     *ports.Queue
@@ -98,7 +59,7 @@ func newFixture(t *testing.T, settings domain.Settings) *fixture {
 	}
 	f := &fixture{
 		repo:  memstore.New(),
-		log:   &recordingLog{},
+		log:   &memlog.Log{},
 		sync:  &countingSyncer{},
 		clock: clock.NewFake(time.UnixMilli(1751500000000)),
 		q: &ports.Queue{
@@ -140,7 +101,7 @@ func TestPostIsFlushedAndLogged(t *testing.T) {
 	if f.sync.count() != 1 {
 		t.Errorf("post flushed %d times, want 1", f.sync.count())
 	}
-	if diff := cmp.Diff([]domain.EventKind{domain.EventPosted}, f.log.kinds(task.ID)); diff != "" {
+	if diff := cmp.Diff([]domain.EventKind{domain.EventPosted}, f.log.Kinds(task.ID)); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
 	// A claim needs no flush.
@@ -201,7 +162,7 @@ func TestLateResultAfterRequeueWinsAndLoserIsTold(t *testing.T) {
 		t.Fatalf("loser: %+v %v", out, err)
 	}
 	want := []domain.EventKind{domain.EventPosted, domain.EventClaimed, domain.EventRequeue, domain.EventClaimed, domain.EventResult}
-	if diff := cmp.Diff(want, f.log.kinds(task.ID)); diff != "" {
+	if diff := cmp.Diff(want, f.log.Kinds(task.ID)); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
 }
@@ -228,7 +189,7 @@ func TestSweepTimesOutBeforeRequeue(t *testing.T) {
 		t.Errorf("result after timeout accepted")
 	}
 	want := []domain.EventKind{domain.EventPosted, domain.EventClaimed, domain.EventTimeout}
-	if diff := cmp.Diff(want, f.log.kinds(task.ID)); diff != "" {
+	if diff := cmp.Diff(want, f.log.Kinds(task.ID)); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
 }
@@ -264,7 +225,7 @@ func TestRetentionFromFetchedNeverStartsUnread(t *testing.T) {
 		t.Fatalf("not cleaned after retention: %v", err)
 	}
 	want := []domain.EventKind{domain.EventPosted, domain.EventClaimed, domain.EventResult, domain.EventFetched, domain.EventCleaned}
-	if diff := cmp.Diff(want, f.log.kinds(task.ID)); diff != "" {
+	if diff := cmp.Diff(want, f.log.Kinds(task.ID)); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
 }
@@ -371,7 +332,7 @@ func TestClaimQuery(t *testing.T) {
 
 func TestLogFailureIsNotAcknowledged(t *testing.T) {
 	f := newFixture(t, domain.DefaultSettings())
-	f.log.fail = &domain.Error{Kind: domain.KindUnavailable, Code: "log_unavailable", Message: "disc full"}
+	f.log.Fail(&domain.Error{Kind: domain.KindUnavailable, Code: "log_unavailable", Message: "disc full"})
 	_, err := f.svc.Post(context.Background(), f.q, "", []byte(`{"url":"a"}`))
 	if domain.KindOf(err) != domain.KindUnavailable {
 		t.Fatalf("post with a failing log: %v", err)
@@ -388,7 +349,13 @@ func TestEventsInStoreOrder(t *testing.T) {
 	ctx := context.Background()
 	task := f.post(t, `{"url":"a"}`)
 	f.claim(t, "w")
-	f.log.yield = true
+	// Yielding before each append widens the window in which a concurrent
+	// transition could overtake this one's event.
+	f.log.BeforeAppend(func() {
+		for range rand.IntN(50) {
+			runtime.Gosched()
+		}
+	})
 	var wg sync.WaitGroup
 	for i := range 64 {
 		wg.Add(1)
@@ -401,9 +368,8 @@ func TestEventsInStoreOrder(t *testing.T) {
 	}
 	wg.Wait()
 	stored, _ := f.svc.Get(ctx, f.q, task.ID)
-	f.log.mu.Lock()
-	last := f.log.events[len(f.log.events)-1]
-	f.log.mu.Unlock()
+	events := f.log.Events()
+	last := events[len(events)-1]
 	if string(last.Task.Progress) != string(stored.Progress) {
 		t.Errorf("last logged progress %s, stored %s", last.Task.Progress, stored.Progress)
 	}

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/taskhoster/taskhoster/adapters/clock"
 	"github.com/taskhoster/taskhoster/adapters/durable"
+	"github.com/taskhoster/taskhoster/adapters/memlog"
 	"github.com/taskhoster/taskhoster/adapters/memstore"
 	"github.com/taskhoster/taskhoster/adapters/notify"
 	"github.com/taskhoster/taskhoster/adapters/schema"
@@ -25,33 +25,6 @@ import (
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
 )
-
-// recordingLog is an EventLog that keeps events in memory, in order.
-type recordingLog struct {
-	mu     sync.Mutex
-	events []domain.Event
-}
-
-var _ ports.EventLog = (*recordingLog)(nil)
-
-func (l *recordingLog) Append(_ context.Context, ev domain.Event, _ bool) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.events = append(l.events, ev)
-	return nil
-}
-
-func (l *recordingLog) of(id string) []domain.Event {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []domain.Event
-	for _, ev := range l.events {
-		if ev.Task.ID == id {
-			out = append(out, ev)
-		}
-	}
-	return out
-}
 
 // gatedRepo holds a claim that has just taken a task until the test lets
 // it go: the window in which a socket can die under a winning claim.
@@ -74,7 +47,7 @@ type fixture struct {
 	svc     *app.Service
 	hub     *notify.Hub
 	repo    ports.TaskRepository
-	log     *recordingLog
+	log     *memlog.Log
 	q       *ports.Queue
 	url     string
 	workEnd chan struct{} // one value each time a Work handler returns
@@ -83,7 +56,7 @@ type fixture struct {
 func newFixture(t testing.TB, repo ports.TaskRepository, opts wsapi.Options) *fixture {
 	t.Helper()
 	f := &fixture{
-		hub: notify.NewHub(), repo: repo, log: &recordingLog{},
+		hub: notify.NewHub(), repo: repo, log: &memlog.Log{},
 		q: &ports.Queue{
 			Host: "task.example.com", Name: "resize", Settings: domain.DefaultSettings(),
 			Progress: schema.Any(), Result: schema.Any(),
@@ -165,7 +138,7 @@ func TestClaimWonAsSocketDies(t *testing.T) {
 		t.Errorf("task after the socket died: status %s, attempts %d, lease %v", got.Status, got.Attempts, got.Lease)
 	}
 	var kinds []string
-	for _, ev := range f.log.of(task.ID) {
+	for _, ev := range f.log.Of(task.ID) {
 		kinds = append(kinds, string(ev.Kind)+"/"+ev.Cause)
 	}
 	if diff := cmp.Diff([]string{"posted/", "claimed/", "requeue/socket"}, kinds); diff != "" {
