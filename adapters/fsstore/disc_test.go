@@ -17,6 +17,7 @@ import (
 	"github.com/taskhoster/taskhoster/adapters/fsstore"
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
+	"github.com/taskhoster/taskhoster/tests/contract"
 )
 
 const (
@@ -552,19 +553,6 @@ func TestWriteFailureChangesNothing(t *testing.T) {
 	}
 }
 
-// countingMatcher accepts items equal to want and counts its calls.
-type countingMatcher struct {
-	want  string
-	calls int
-}
-
-func (m *countingMatcher) Key() string { return "equals " + m.want }
-
-func (m *countingMatcher) Match(item json.RawMessage) bool {
-	m.calls++
-	return string(item) == m.want
-}
-
 // TestClaimRemembersVerdicts checks that a claim that finds nothing, asked
 // again, runs its query only over the tasks it has not seen.
 func TestClaimRemembersVerdicts(t *testing.T) {
@@ -580,26 +568,26 @@ func TestClaimRemembersVerdicts(t *testing.T) {
 	for n := range 10 {
 		post(n, `{"kind":"image"}`)
 	}
-	m := &countingMatcher{want: `{"kind":"video"}`}
+	m := &contract.CountingMatcher{Want: `{"kind":"video"}`}
 	for range 3 {
 		if _, err := s.ClaimNext(ctx, ref, m, claimBy("box-1", epoch)); !errors.Is(err, domain.ErrNotFound) {
 			t.Fatalf("claim = %v, want ErrNotFound", err)
 		}
 	}
-	if m.calls != 10 {
-		t.Errorf("query ran %d times over 10 tasks, want 10", m.calls)
+	if m.Calls != 10 {
+		t.Errorf("query ran %d times over 10 tasks, want 10", m.Calls)
 	}
 	post(10, `{"kind":"video"}`)
 	got, err := s.ClaimNext(ctx, ref, m, claimBy("box-1", epoch))
 	if err != nil || got.ID != taskID(10) {
 		t.Fatalf("claim = %s, %v; want %s", got.ID, err, taskID(10))
 	}
-	if m.calls != 11 {
-		t.Errorf("query ran %d times, want 11: once more, for the new task", m.calls)
+	if m.Calls != 11 {
+		t.Errorf("query ran %d times, want 11: once more, for the new task", m.Calls)
 	}
 	// A different query is asked afresh.
-	other := &countingMatcher{want: `{"kind":"image"}`}
-	if _, err := s.ClaimNext(ctx, ref, other, claimBy("box-1", epoch)); err != nil || other.calls != 1 {
-		t.Errorf("claim with another query = %v after %d calls, want a task after 1", err, other.calls)
+	other := &contract.CountingMatcher{Want: `{"kind":"image"}`}
+	if _, err := s.ClaimNext(ctx, ref, other, claimBy("box-1", epoch)); err != nil || other.Calls != 1 {
+		t.Errorf("claim with another query = %v after %d calls, want a task after 1", err, other.Calls)
 	}
 }

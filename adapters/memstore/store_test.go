@@ -113,19 +113,6 @@ func TestPersister(t *testing.T) {
 	}
 }
 
-// countingMatcher accepts items equal to want and counts its calls.
-type countingMatcher struct {
-	want  string
-	calls int
-}
-
-func (m *countingMatcher) Key() string { return "equals " + m.want }
-
-func (m *countingMatcher) Match(item json.RawMessage) bool {
-	m.calls++
-	return string(item) == m.want
-}
-
 // TestQueryTestsEachTaskOnce checks what makes a claim cheap behind a deep
 // backlog it does not match: a query tests each pending task once, however
 // many claims ask, and a task again when it comes back to pending.
@@ -152,7 +139,7 @@ func TestQueryTestsEachTaskOnce(t *testing.T) {
 		post(n, `"image"`)
 	}
 	ref := ports.QueueRef{Host: "task.example.com", Queue: "resize"}
-	videos := &countingMatcher{want: `"video"`}
+	videos := &contract.CountingMatcher{Want: `"video"`}
 	for n := range 100 {
 		k := post(backlog+n, `"video"`)
 		got, err := s.ClaimNext(ctx, ref, videos, claim)
@@ -160,8 +147,8 @@ func TestQueryTestsEachTaskOnce(t *testing.T) {
 			t.Fatalf("claim %d = %s, %v; want %s", n, got.ID, err, k.ID)
 		}
 	}
-	if videos.calls != backlog+100 {
-		t.Errorf("query ran %d times for %d tasks, want once each", videos.calls, backlog+100)
+	if videos.Calls != backlog+100 {
+		t.Errorf("query ran %d times for %d tasks, want once each", videos.Calls, backlog+100)
 	}
 	// A claimed video comes back: it is tested again, and taken again.
 	k := ports.Key{Host: ref.Host, Queue: ref.Queue, ID: fmt.Sprintf("%016x", 0xd0000000+backlog)}
@@ -175,7 +162,7 @@ func TestQueryTestsEachTaskOnce(t *testing.T) {
 	if got, err := s.ClaimNext(ctx, ref, videos, claim); err != nil || got.ID != k.ID {
 		t.Fatalf("claim after re-queue = %s, %v; want %s", got.ID, err, k.ID)
 	}
-	if videos.calls != backlog+101 {
-		t.Errorf("query ran %d times, want %d: once more, for the re-queued task", videos.calls, backlog+101)
+	if videos.Calls != backlog+101 {
+		t.Errorf("query ran %d times, want %d: once more, for the re-queued task", videos.Calls, backlog+101)
 	}
 }

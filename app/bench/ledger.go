@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -82,6 +83,23 @@ func (l *ledger) check(seq int) error {
 		return fmt.Errorf("task with sequence number %d, want 0..%d", seq, l.n-1)
 	}
 	return nil
+}
+
+// deliver records that a worker got the task whose item is item and is
+// sending its result now, and returns its sequence number. An item that is
+// not one of the run's fails the run, and deliver reports false.
+func (l *ledger) deliver(item json.RawMessage) (int, bool) {
+	seq, err := seqOf(item)
+	if err == nil {
+		err = l.check(seq)
+	}
+	if err != nil {
+		l.fail(err)
+		return 0, false
+	}
+	l.delivered[seq].Store(l.now())
+	l.resultSent[seq].Store(l.now())
+	return seq, true
 }
 
 // accept records an accepted result for seq (task id): the run is over

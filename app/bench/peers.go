@@ -157,16 +157,10 @@ func beanstalkWorker(c *beanstalk.Conn, ts *beanstalk.TubeSet, l *ledger) {
 			}
 			return
 		}
-		seq, err := seqOf(body)
-		if err == nil {
-			err = l.check(seq)
-		}
-		if err != nil {
-			l.fail(err)
+		seq, ok := l.deliver(body)
+		if !ok {
 			return
 		}
-		l.delivered[seq].Store(l.now())
-		l.resultSent[seq].Store(l.now())
 		if err := c.Delete(id); err != nil {
 			l.fail(fmt.Errorf("delete job %d: %w", id, err))
 			return

@@ -158,18 +158,12 @@ func socketWorker(ctx context.Context, a *api, name string, k int, l *ledger) {
 		}
 		switch m.Type {
 		case "task":
-			seq, err := seqOf(m.Item)
-			if err == nil {
-				err = l.check(seq)
-			}
-			if err != nil {
-				l.fail(err)
+			seq, ok := l.deliver(m.Item)
+			if !ok {
 				return
 			}
-			l.delivered[seq].Store(l.now())
 			ref++
 			inFlight[ref] = held{seq, m.ID}
-			l.resultSent[seq].Store(l.now())
 			if !send(socketResult(ref, m.ID)) {
 				return
 			}
@@ -210,16 +204,10 @@ func httpWorker(ctx context.Context, a *api, name string, l *ledger) {
 		if !ok {
 			continue
 		}
-		seq, err := seqOf(c.Item)
-		if err == nil {
-			err = l.check(seq)
-		}
-		if err != nil {
-			l.fail(err)
+		seq, ok := l.deliver(c.Item)
+		if !ok {
 			return
 		}
-		l.delivered[seq].Store(l.now())
-		l.resultSent[seq].Store(l.now())
 		accepted, err := a.result(ctx, c.ID, name)
 		if err != nil {
 			if !l.stopped() {

@@ -2,6 +2,7 @@ package contract
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -264,4 +265,18 @@ func testClaimMatchersAgainstModel(t *testing.T, r ports.TaskRepository) {
 			}
 		}
 	}
+}
+
+// CountingMatcher accepts items equal to Want and counts how often it was
+// asked, so a test can see which tasks a repository ran a query over.
+type CountingMatcher struct {
+	Want  string
+	Calls int
+}
+
+func (m *CountingMatcher) Key() string { return "equals " + m.Want }
+
+func (m *CountingMatcher) Match(item json.RawMessage) bool {
+	m.Calls++
+	return string(item) == m.Want
 }
