@@ -25,55 +25,98 @@ func (s *Service) Claim(ctx context.Context, q *ports.Queue, worker string, quer
 	if err != nil {
 		return domain.Task{}, err
 	}
-	var release func() // this claim's waiting slot, once it waits
-	var deadline <-chan time.Time
-	if wait > 0 {
-		timer := time.NewTimer(wait)
-		defer timer.Stop()
-		deadline = timer.C
+	t, err := s.claimNow(ctx, q, worker, m)
+	if !errors.Is(err, domain.ErrNotFound) || wait <= 0 {
+		return t, err
 	}
+	release, err := s.HoldWaiter()
+	if err != nil {
+		return domain.Task{}, err
+	}
+	defer release()
+	waitCtx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	t, err = s.Await(waitCtx, q, worker, m)
+	if err != nil && ctx.Err() == nil && waitCtx.Err() != nil {
+		return domain.Task{}, domain.ErrNotFound // waited long enough
+	}
+	return t, err
+}
+
+// Await claims a task for worker that m accepts, waiting in the queue's
+// line for as long as it takes: until a task comes, ctx ends (its error is
+// returned) or the server drains (domain.ErrNotFound). ctx only ends the
+// waiting: a claim once begun runs to its end, task moved and event logged,
+// and the caller then holds the task.
+func (s *Service) Await(ctx context.Context, q *ports.Queue, worker string, m ports.Matcher) (domain.Task, error) {
+	var acting ports.Waiter // the woken waiter whose wake this look uses
 	for {
-		// Take the wake-up channel before looking, so a post that lands
-		// between the look and the wait still wakes us.
-		wake := s.notifier.Pending(q.Ref())
-		t, err := s.claimNow(ctx, q, worker, m)
-		if !errors.Is(err, domain.ErrNotFound) || wait <= 0 {
-			return t, err
-		}
-		if release == nil {
-			if release, err = s.HoldWaiter(); err != nil {
-				return domain.Task{}, err
+		if err := ctx.Err(); err != nil {
+			if acting != nil {
+				s.passOn(q, acting)
 			}
-			defer release()
+			return domain.Task{}, err
+		}
+		// Join the line before looking, so a task posted between the look
+		// and the wait still wakes us.
+		w := s.notifier.Wait(q.Ref())
+		t, err := s.claimNow(context.WithoutCancel(ctx), q, worker, m)
+		if acting != nil && err != nil {
+			s.passOn(q, acting) // woken in vain: the next in line may want it
+		}
+		acting = nil
+		if err == nil {
+			if w.Leave() {
+				// Woken while looking: the task taken may be an older one.
+				s.passOn(q, w)
+			}
+			return t, nil
+		}
+		if !errors.Is(err, domain.ErrNotFound) {
+			if w.Leave() {
+				s.passOn(q, w)
+			}
+			return domain.Task{}, err
 		}
 		select {
-		case <-wake:
-		case <-deadline:
-			return domain.Task{}, domain.ErrNotFound
+		case <-w.Woken():
+			w.Leave()
+			acting = w
 		case <-s.draining:
+			if w.Leave() {
+				s.passOn(q, w)
+			}
 			return domain.Task{}, domain.ErrNotFound
 		case <-ctx.Done():
+			if w.Leave() {
+				s.passOn(q, w)
+			}
 			return domain.Task{}, ctx.Err()
 		}
 	}
 }
 
+// passOn hands a wake that w did not use to the next claim in line, unless
+// nothing is pending any more: then whoever took the task used the wake, and
+// handing it on would only wake claims to find nothing.
+func (s *Service) passOn(q *ports.Queue, w ports.Waiter) {
+	if s.repo.Counts(q.Ref()).Pending > 0 {
+		w.PassOn()
+	}
+}
+
 func (s *Service) claimNow(ctx context.Context, q *ports.Queue, worker string, m ports.Matcher) (domain.Task, error) {
-	defer s.order.lock(q.Ref())()
 	var ev domain.Event
 	t, err := s.repo.ClaimNext(ctx, q.Ref(), m, func(t *domain.Task) error {
 		var err error
 		*t, ev, err = t.Claim(worker, q.Settings.Lease(), s.clock.Now())
 		return err
-	})
+	}, s.recorder(ctx, q, &ev))
 	if err != nil {
 		if errors.Is(err, domain.ErrNotFound) {
 			return domain.Task{}, err
 		}
 		return domain.Task{}, fmt.Errorf("claim in %s/%s: %w", q.Host, q.Name, err)
-	}
-	if err := s.record(ctx, q, ev); err != nil {
-		return domain.Task{}, err
 	}
 	return t, nil
 }

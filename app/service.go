@@ -54,7 +54,6 @@ type Service struct {
 	observer Observer
 	logger   *zap.Logger
 	queries  *queryCache
-	order    queueLocks
 
 	waiting    atomic.Int64 // claims parked waiting for work
 	maxWaiting int64
@@ -109,56 +108,31 @@ func (s *Service) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
 // and the event it caused, or a refusal.
 type rule func(t domain.Task, now time.Time) (domain.Task, domain.Event, error)
 
-// transition applies r to the stored task id of q and records the event, as
-// one step per queue (see queueLocks). On a refusal it returns the stored
+// transition applies r to the stored task id of q and records the event
+// once the change is stored (see record). On a refusal it returns the stored
 // task unchanged with r's error.
 func (s *Service) transition(ctx context.Context, q *ports.Queue, id string, r rule) (domain.Task, error) {
-	defer s.order.lock(q.Ref())()
 	var ev domain.Event
-	t, err := s.repo.Update(ctx, key(q, id), func(t *domain.Task) error {
+	return s.repo.Update(ctx, key(q, id), func(t *domain.Task) error {
 		next, e, err := r(*t, s.clock.Now())
 		if err != nil {
 			return err
 		}
 		*t, ev = next, e
 		return nil
-	})
-	if err != nil {
-		return t, err
-	}
-	return t, s.record(ctx, q, ev)
+	}, s.recorder(ctx, q, &ev))
 }
 
-// queueLocks orders each queue's transitions: a store write and its event are
-// made under one lock, so the event log and watchers see a task's changes in
-// the order they were stored. The repository's own lock cannot do this, as
-// the event is written after it returns. Holding it costs one append(2) per
-// transition beyond what the repository's lock already serialises; flushes
-// happen outside it.
-type queueLocks struct {
-	mu    sync.Mutex
-	locks map[ports.QueueRef]*sync.Mutex
-}
-
-// lock takes q's lock and returns its unlock.
-func (l *queueLocks) lock(q ports.QueueRef) func() {
-	l.mu.Lock()
-	if l.locks == nil {
-		l.locks = make(map[ports.QueueRef]*sync.Mutex)
-	}
-	m, ok := l.locks[q]
-	if !ok {
-		m = new(sync.Mutex)
-		l.locks[q] = m
-	}
-	l.mu.Unlock()
-	m.Lock()
-	return m.Unlock
+// recorder returns the Then that records *ev once its change is stored. The
+// repository runs it before any later change of the queue is indexed, so
+// the event log and watchers see a task's changes in the order they were
+// stored, while the writes themselves proceed side by side.
+func (s *Service) recorder(ctx context.Context, q *ports.Queue, ev *domain.Event) ports.Then {
+	return func(domain.Task) error { return s.record(ctx, q, *ev) }
 }
 
 // record makes one stored transition known: the event log first (a line is
 // appended before the transition is acknowledged), then metrics and waiters.
-// Callers hold the queue's lock.
 func (s *Service) record(ctx context.Context, q *ports.Queue, ev domain.Event) error {
 	if err := s.log.Append(ctx, ev, q.Settings.ArchivePayloads); err != nil {
 		return fmt.Errorf("log %s of %s: %w", ev.Kind, ev.Task.ID, err)

@@ -296,6 +296,62 @@ func TestWaitingClaimWakesOnPost(t *testing.T) {
 	}
 }
 
+// joinTracker tells a test when a claim has joined the line for work.
+type joinTracker struct {
+	*notify.Hub
+	joined chan struct{}
+}
+
+func (j joinTracker) Wait(q ports.QueueRef) ports.Waiter {
+	w := j.Hub.Wait(q)
+	j.joined <- struct{}{}
+	return w
+}
+
+// One task wakes one waiting claim. When that claim's query does not match,
+// the wake goes on to the next in line, who takes the task.
+func TestWakeGoesOnPastAClaimThatDoesNotMatch(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	hub := joinTracker{Hub: notify.NewHub(), joined: make(chan struct{}, 16)}
+	svc := app.New(app.Deps{
+		Repo: f.repo, Syncer: f.sync, Log: f.log, Notifier: hub,
+		Clock: f.clock, Compiler: schema.Compiler{},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	picky := make(chan error, 1)
+	go func() {
+		_, err := svc.Claim(ctx, f.q, "picky", json.RawMessage(`{"properties":{"url":{"const":"big"}}}`), time.Minute)
+		picky <- err
+	}()
+	<-hub.joined // picky is first in line
+	got := make(chan domain.Task, 1)
+	go func() {
+		task, err := svc.Claim(ctx, f.q, "any", nil, time.Minute)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- task
+	}()
+	<-hub.joined
+	posted, err := svc.Post(ctx, f.q, "alice", []byte(`{"url":"small"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case task := <-got:
+		if task.ID != posted.ID || task.Lease == nil || task.Lease.Worker != "any" {
+			t.Errorf("claim got %+v, want %s leased to any", task, posted.ID)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the matching claim never got the task: the wake stopped at the picky one")
+	}
+	cancel()
+	if err := <-picky; !errors.Is(err, context.Canceled) {
+		t.Errorf("picky claim ended with %v, want context.Canceled", err)
+	}
+}
+
 func TestDrainEndsWaitingClaims(t *testing.T) {
 	f := newFixture(t, domain.DefaultSettings())
 	done := make(chan error, 1)

@@ -109,27 +109,23 @@ func (s *Service) apply(ctx context.Context, q *ports.Queue, id string, due doma
 }
 
 func (s *Service) clean(ctx context.Context, q *ports.Queue, id string) error {
-	defer s.order.lock(q.Ref())()
-	t, err := s.repo.Get(ctx, key(q, id))
-	if errors.Is(err, domain.ErrNotFound) {
+	now := s.clock.Now()
+	var ev domain.Event
+	err := s.repo.Delete(ctx, key(q, id), func(t domain.Task) error {
+		// Checked on the stored record: a fetch may have landed since the scan.
+		if domain.DueAt(t, q.Settings, now) != domain.DueClean {
+			return errNotDue
+		}
+		ev = t.Clean(now)
+		return nil
+	}, s.recorder(ctx, q, &ev))
+	if errors.Is(err, errNotDue) || errors.Is(err, domain.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
-		return err
-	}
-	// Under the queue's lock nothing changes the task between this check
-	// and the delete.
-	now := s.clock.Now()
-	if domain.DueAt(t, q.Settings, now) != domain.DueClean {
-		return nil
-	}
-	if err := s.repo.Delete(ctx, key(q, id)); err != nil {
-		if errors.Is(err, domain.ErrNotFound) {
-			return nil
-		}
 		return fmt.Errorf("clean %s: %w", id, err)
 	}
-	return s.record(ctx, q, t.Clean(now))
+	return nil
 }
 
 var errNotDue = errors.New("no longer due")

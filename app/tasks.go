@@ -19,29 +19,33 @@ func (s *Service) Post(ctx context.Context, q *ports.Queue, user string, item []
 	if err != nil {
 		return domain.Task{}, err
 	}
-	defer s.order.lock(q.Ref())()
 	var t domain.Task
 	var ev domain.Event
+	stored := false
+	record := s.recorder(ctx, q, &ev)
 	for {
 		id, err := newID()
 		if err != nil {
 			return domain.Task{}, err
 		}
 		t, ev = domain.Post(id, q.Host, q.Name, item, user, s.clock.Now())
-		err = s.repo.Create(ctx, t)
+		err = s.repo.Create(ctx, t, func(t domain.Task) error {
+			stored = true
+			return record(t)
+		})
 		if err == nil {
 			break
+		}
+		if stored {
+			// Unlogged, the post is not acknowledged; take the task back so
+			// the client's retry does not leave a twin behind.
+			_ = s.repo.Delete(ctx, ports.KeyOf(t), nil, nil)
+			return domain.Task{}, err
 		}
 		// 2^64 ids make a collision all but impossible; if one happens, draw again.
 		if !errors.Is(err, domain.ErrExists) {
 			return domain.Task{}, fmt.Errorf("post to %s/%s: %w", q.Host, q.Name, err)
 		}
-	}
-	if err := s.record(ctx, q, ev); err != nil {
-		// Unlogged, the post is not acknowledged; take the task back so the
-		// client's retry does not leave a twin behind.
-		_ = s.repo.Delete(ctx, ports.KeyOf(t))
-		return domain.Task{}, err
 	}
 	if err := s.syncer.Sync(ctx); err != nil {
 		return domain.Task{}, fmt.Errorf("post %s: %w", t.ID, err)
@@ -205,11 +209,19 @@ func ptr[T any](v T) *T { return &v }
 // transition of its queue, so a subscription taken in subscribe sees exactly
 // the changes that come after the task returned: none twice, none missed.
 func (s *Service) Follow(ctx context.Context, q *ports.Queue, id string, subscribe func()) (domain.Task, error) {
-	defer s.order.lock(q.Ref())()
-	t, err := s.get(ctx, q, id)
-	if err != nil {
-		return t, err
+	if !domain.ValidID(id) {
+		return domain.Task{}, domain.ErrNotFound
 	}
-	subscribe()
-	return t, nil
+	// An update that changes nothing: its fn runs with no change of the
+	// task in flight, and every later change's event comes after it.
+	t, err := s.repo.Update(ctx, key(q, id), func(*domain.Task) error {
+		subscribe()
+		return errFollowed
+	}, nil)
+	if errors.Is(err, errFollowed) {
+		err = nil
+	}
+	return t, err
 }
+
+var errFollowed = errors.New("followed")

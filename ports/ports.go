@@ -48,30 +48,51 @@ type Matcher interface {
 // memory so that no call lists a directory. Writes are atomic (a reader never
 // sees half a record) but are durable only once Syncer.Sync returns.
 //
+// Each change (Create, Update, ClaimNext, Delete) may take a Then, which is
+// called with the record just stored (for Delete, the record removed) once
+// the change is stored, before any later change of the queue is indexed:
+// the Then calls of one queue run one at a time, in the order the changes
+// were stored. That is where a caller logs and announces a change, so that
+// everyone sees a task's changes in store order. If Then fails, the change
+// stays stored and its error is returned. Neither fn nor Then may call back
+// into the repository.
+//
 // Errors: domain.ErrNotFound for a missing task; whatever fn returns, unchanged.
 type TaskRepository interface {
 	// Create stores a new task. It fails if the id is already taken.
-	Create(ctx context.Context, t domain.Task) error
+	Create(ctx context.Context, t domain.Task, then Then) error
 	// Get returns the current record of a task.
 	Get(ctx context.Context, k Key) (domain.Task, error)
 	// Update applies fn to the current record and stores the result in the
 	// state its status names, as one atomic step with respect to every other
-	// call. If fn returns an error nothing is stored, and Update returns the
-	// unchanged current record together with fn's error (callers read the
-	// status from it to explain a refusal).
-	Update(ctx context.Context, k Key, fn func(*domain.Task) error) (domain.Task, error)
+	// change. If fn returns an error nothing is stored, and Update returns
+	// the unchanged current record together with fn's error (callers read
+	// the status from it to explain a refusal).
+	Update(ctx context.Context, k Key, fn func(*domain.Task) error, then Then) (domain.Task, error)
 	// ClaimNext applies fn, as Update does, to the oldest pending task of q
 	// (by postedAt, then id) whose item m matches (nil m matches all). It
 	// returns domain.ErrNotFound when no pending task matches.
-	ClaimNext(ctx context.Context, q QueueRef, m Matcher, fn func(*domain.Task) error) (domain.Task, error)
-	// Delete removes a task for good (retention).
-	Delete(ctx context.Context, k Key) error
+	ClaimNext(ctx context.Context, q QueueRef, m Matcher, fn func(*domain.Task) error, then Then) (domain.Task, error)
+	// Delete removes a task for good (retention), if check (when not nil)
+	// approves of its current record; otherwise it returns check's error.
+	Delete(ctx context.Context, k Key, check func(domain.Task) error, then Then) error
 	// Each calls fn with each task of q in the state directory dir
 	// ("pending", "processing" or "done") until fn returns false. Pending
 	// tasks come in claim order. fn must not call back into the repository.
 	Each(ctx context.Context, q QueueRef, dir string, fn func(domain.Task) bool) error
 	// Counts reports how many tasks q holds in each state directory.
 	Counts(q QueueRef) Counts
+}
+
+// Then is told of a change once it is stored (see TaskRepository).
+type Then func(domain.Task) error
+
+// Call runs then on t; a nil Then does nothing.
+func (then Then) Call(t domain.Task) error {
+	if then == nil {
+		return nil
+	}
+	return then(t)
 }
 
 // Syncer makes writes durable. Sync returns once every write that completed
@@ -91,10 +112,25 @@ type EventLog interface {
 type Notifier interface {
 	// Publish announces a transition that has been stored.
 	Publish(ev domain.Event)
-	// Pending returns a channel that is closed the next time a task of q
-	// becomes pending (posted or re-queued). Take it before looking for a
-	// task, so that a post in between is not missed.
-	Pending(q QueueRef) <-chan struct{}
+	// Wait puts a claim in q's line for work. Join before looking for a
+	// task, so that one posted in between is not missed.
+	Wait(q QueueRef) Waiter
+}
+
+// Waiter is a claim in line for work. Each task that becomes pending
+// (posted or re-queued) wakes one waiter, the one longest in line. The wake
+// is then its claim's to use: if that claim takes no task (another claim was
+// faster, or its query does not match) it must PassOn the wake, or a task
+// could stay pending while a claim that would take it sleeps.
+type Waiter interface {
+	// Woken is closed once the waiter is woken.
+	Woken() <-chan struct{}
+	// Leave takes the waiter out of line and reports whether it had been
+	// woken (possibly just now: the caller then owns that wake too).
+	Leave() (woken bool)
+	// PassOn gives the waiter's wake to the next waiter that joined before
+	// the wake happened. Call it after Leave, for a wake not used.
+	PassOn()
 }
 
 // Clock tells the time. The domain never reads it; app passes now in.

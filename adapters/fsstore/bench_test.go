@@ -85,16 +85,16 @@ func (r *depthRig) round(b *testing.B) time.Duration {
 	ctx := context.Background()
 	posted := benchTask(r.next, queue, "video")
 	r.next++
-	if err := r.s.Create(ctx, posted); err != nil {
+	if err := r.s.Create(ctx, posted, nil); err != nil {
 		b.Fatal(err)
 	}
 	start := time.Now()
-	got, err := r.s.ClaimNext(ctx, ref, r.videos, claimBy("box-1", epoch))
+	got, err := r.s.ClaimNext(ctx, ref, r.videos, claimBy("box-1", epoch), nil)
 	took := time.Since(start)
 	if err != nil || got.ID != posted.ID {
 		b.Fatalf("claim = %s, %v; want %s", got.ID, err, posted.ID)
 	}
-	if err := r.s.Delete(ctx, keyOf(posted.ID)); err != nil {
+	if err := r.s.Delete(ctx, keyOf(posted.ID), nil, nil); err != nil {
 		b.Fatal(err)
 	}
 	return took

@@ -68,7 +68,7 @@ func assertFiles(tb testing.TB, root string, want map[string]string) {
 
 func mustUpdate(tb testing.TB, s *fsstore.Store, k ports.Key, fn func(*domain.Task) error) domain.Task {
 	tb.Helper()
-	t, err := s.Update(context.Background(), k, fn)
+	t, err := s.Update(context.Background(), k, fn, nil)
 	if err != nil {
 		tb.Fatalf("update %s: %v", k.ID, err)
 	}
@@ -103,7 +103,7 @@ func TestFilesFollowTransitions(t *testing.T) {
 	path := func(state string) string { return host + "/" + queue + "/" + state + "/" + id + ".json" }
 
 	posted, _ := domain.Post(id, host, queue, json.RawMessage(`{"url":"https://ex.com/a.png","format":"jpg","width":800}`), "alice", epoch)
-	if err := s.Create(ctx, posted); err != nil {
+	if err := s.Create(ctx, posted, nil); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	assertFiles(t, dir, map[string]string{
@@ -148,7 +148,7 @@ func TestFilesFollowTransitions(t *testing.T) {
 			`"finishedAt":1751500090000,"fetchedAt":1751500095000}` + "\n",
 	})
 
-	if err := s.Delete(ctx, keyOf(id)); err != nil {
+	if err := s.Delete(ctx, keyOf(id), nil, nil); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
 	assertFiles(t, dir, map[string]string{})
@@ -161,12 +161,12 @@ func TestReopen(t *testing.T) {
 	ctx := context.Background()
 	for n := range 6 {
 		posted, _ := domain.Post(taskID(n), host, queue, json.RawMessage(fmt.Sprintf(`{"n":%d}`, n)), "", epoch.Add(time.Duration(n)*time.Second))
-		if err := s.Create(ctx, posted); err != nil {
+		if err := s.Create(ctx, posted, nil); err != nil {
 			t.Fatalf("create: %v", err)
 		}
 	}
 	other, _ := domain.Post(taskID(9), "other.example.com", "thumbs", json.RawMessage(`{}`), "bob", epoch)
-	if err := s.Create(ctx, other); err != nil {
+	if err := s.Create(ctx, other, nil); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	now := epoch.Add(time.Minute)
@@ -205,7 +205,7 @@ func TestReopen(t *testing.T) {
 		t.Errorf("a clean reopen recovered %v", got)
 	}
 	// The reopened store keeps working: the next claim is the oldest pending.
-	claimed, err := again.ClaimNext(ctx, ref, nil, claimBy("box-3", now))
+	claimed, err := again.ClaimNext(ctx, ref, nil, claimBy("box-3", now), nil)
 	if err != nil || claimed.ID != taskID(0) {
 		t.Errorf("claim after reopen = %s, %v; want %s", claimed.ID, err, taskID(0))
 	}
@@ -434,7 +434,7 @@ func TestSecondOpenFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	posted, _ := domain.Post(id, host, queue, json.RawMessage(`{}`), "", epoch)
-	if err := first.Create(context.Background(), posted); domain.KindOf(err) != domain.KindUnavailable {
+	if err := first.Create(context.Background(), posted, nil); domain.KindOf(err) != domain.KindUnavailable {
 		t.Errorf("create on a closed store = %v, want KindUnavailable", err)
 	}
 	mustOpen(t, dir)
@@ -460,14 +460,14 @@ func TestInvalidNamesWriteNothing(t *testing.T) {
 		{host, queue, ""},
 	} {
 		posted, _ := domain.Post(c.id, c.host, c.queue, json.RawMessage(`{}`), "", epoch)
-		if err := s.Create(ctx, posted); domain.KindOf(err) != domain.KindInvalid {
+		if err := s.Create(ctx, posted, nil); domain.KindOf(err) != domain.KindInvalid {
 			t.Errorf("create %q/%q/%q = %v, want KindInvalid", c.host, c.queue, c.id, err)
 		}
 	}
 	assertFiles(t, root, map[string]string{})
 
 	posted, _ := domain.Post(id, host, queue, json.RawMessage(`{}`), "", epoch)
-	if err := s.Create(ctx, posted); err != nil {
+	if err := s.Create(ctx, posted, nil); err != nil {
 		t.Fatal(err)
 	}
 	before := filesUnder(t, root)
@@ -477,7 +477,7 @@ func TestInvalidNamesWriteNothing(t *testing.T) {
 		func(t *domain.Task) { t.ID = "../escape" },
 		func(t *domain.Task) { t.Status = "../../../escape" },
 	} {
-		if _, err := s.Update(ctx, keyOf(id), func(t *domain.Task) error { change(t); return nil }); err == nil {
+		if _, err := s.Update(ctx, keyOf(id), func(t *domain.Task) error { change(t); return nil }, nil); err == nil {
 			t.Error("update renaming the task succeeded")
 		}
 	}
@@ -495,7 +495,7 @@ func TestWriteFailureChangesNothing(t *testing.T) {
 	s := mustOpen(t, dir)
 	ctx := context.Background()
 	posted, _ := domain.Post(id, host, queue, json.RawMessage(`{}`), "", epoch)
-	if err := s.Create(ctx, posted); err != nil {
+	if err := s.Create(ctx, posted, nil); err != nil {
 		t.Fatal(err)
 	}
 	claimed := mustUpdate(t, s, keyOf(id), claimBy("box-1", epoch))
@@ -509,7 +509,7 @@ func TestWriteFailureChangesNothing(t *testing.T) {
 	}
 	before := filesUnder(t, dir)
 
-	_, err := s.Update(ctx, keyOf(id), finishWith(`{}`, epoch.Add(time.Second)))
+	_, err := s.Update(ctx, keyOf(id), finishWith(`{}`, epoch.Add(time.Second)), nil)
 	var derr *domain.Error
 	if !errors.As(err, &derr) || derr.Kind != domain.KindUnavailable || derr.Code != "storage_unavailable" {
 		t.Fatalf("finish on a broken disc = %v, want storage_unavailable", err)
@@ -531,7 +531,7 @@ func TestWriteFailureChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	other, _ := domain.Post(taskID(1), blocked, queue, json.RawMessage(`{}`), "", epoch)
-	if err := s.Create(ctx, other); domain.KindOf(err) != domain.KindUnavailable {
+	if err := s.Create(ctx, other, nil); domain.KindOf(err) != domain.KindUnavailable {
 		t.Errorf("create on a broken disc = %v, want KindUnavailable", err)
 	}
 	if _, err := s.Get(ctx, ports.KeyOf(other)); !errors.Is(err, domain.ErrNotFound) {
@@ -561,7 +561,7 @@ func TestClaimRemembersVerdicts(t *testing.T) {
 	post := func(n int, item string) {
 		t.Helper()
 		posted, _ := domain.Post(taskID(n), host, queue, json.RawMessage(item), "", epoch.Add(time.Duration(n)*time.Second))
-		if err := s.Create(ctx, posted); err != nil {
+		if err := s.Create(ctx, posted, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -570,7 +570,7 @@ func TestClaimRemembersVerdicts(t *testing.T) {
 	}
 	m := &contract.CountingMatcher{Want: `{"kind":"video"}`}
 	for range 3 {
-		if _, err := s.ClaimNext(ctx, ref, m, claimBy("box-1", epoch)); !errors.Is(err, domain.ErrNotFound) {
+		if _, err := s.ClaimNext(ctx, ref, m, claimBy("box-1", epoch), nil); !errors.Is(err, domain.ErrNotFound) {
 			t.Fatalf("claim = %v, want ErrNotFound", err)
 		}
 	}
@@ -578,7 +578,7 @@ func TestClaimRemembersVerdicts(t *testing.T) {
 		t.Errorf("query ran %d times over 10 tasks, want 10", m.Calls)
 	}
 	post(10, `{"kind":"video"}`)
-	got, err := s.ClaimNext(ctx, ref, m, claimBy("box-1", epoch))
+	got, err := s.ClaimNext(ctx, ref, m, claimBy("box-1", epoch), nil)
 	if err != nil || got.ID != taskID(10) {
 		t.Fatalf("claim = %s, %v; want %s", got.ID, err, taskID(10))
 	}
@@ -587,7 +587,7 @@ func TestClaimRemembersVerdicts(t *testing.T) {
 	}
 	// A different query is asked afresh.
 	other := &contract.CountingMatcher{Want: `{"kind":"image"}`}
-	if _, err := s.ClaimNext(ctx, ref, other, claimBy("box-1", epoch)); err != nil || other.Calls != 1 {
+	if _, err := s.ClaimNext(ctx, ref, other, claimBy("box-1", epoch), nil); err != nil || other.Calls != 1 {
 		t.Errorf("claim with another query = %v after %d calls, want a task after 1", err, other.Calls)
 	}
 }

@@ -92,11 +92,11 @@ func (r *depthRig) round(b *testing.B) time.Duration {
 	posted, _ := domain.Post(fmt.Sprintf("%016x", 0xc000000000+r.next), benchRef.Host, benchRef.Queue,
 		benchItem("video", r.next), "alice", benchEpoch.Add(time.Duration(r.next)*time.Millisecond))
 	r.next++
-	if err := r.s.Create(ctx, posted); err != nil {
+	if err := r.s.Create(ctx, posted, nil); err != nil {
 		b.Fatal(err)
 	}
 	start := time.Now()
-	got, err := r.s.ClaimNext(ctx, benchRef, r.videos, benchClaim)
+	got, err := r.s.ClaimNext(ctx, benchRef, r.videos, benchClaim, nil)
 	took := time.Since(start)
 	if err != nil || got.ID != posted.ID {
 		b.Fatalf("claim = %s, %v; want %s", got.ID, err, posted.ID)

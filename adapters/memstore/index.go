@@ -22,6 +22,9 @@ type queue struct {
 	// views are the claim queries seen lately, each with the pending tasks
 	// it accepts (see views.go).
 	views views
+	// busy holds the tasks with a change being written, each with a
+	// channel closed once the change is stored or refused.
+	busy map[uint64]chan struct{}
 }
 
 // degree is the B-trees' degree: nodes of up to 63 pointers keep the trees
@@ -31,7 +34,7 @@ const degree = 32
 func newTree() *btree.BTreeG[*entry] { return btree.NewG(degree, before) }
 
 func newQueue(ref ports.QueueRef) *queue {
-	q := &queue{ref: ref, byID: make(map[uint64]*entry), views: newViews()}
+	q := &queue{ref: ref, byID: make(map[uint64]*entry), views: newViews(), busy: make(map[uint64]chan struct{})}
 	for i := range q.dirs {
 		q.dirs[i] = newTree()
 	}
@@ -48,6 +51,62 @@ func (q *queue) get(id string) (*entry, bool) {
 	}
 	e, ok := q.byID[n]
 	return e, ok
+}
+
+// idle is the entry of the task named id once no change of it is being
+// written: the next change must be decided on the stored record. It may
+// let go of q.mu while it waits.
+func (q *queue) idle(id string) (*entry, bool) {
+	n, ok := parseID(id)
+	if !ok {
+		return nil, false
+	}
+	for {
+		done := q.busy[n]
+		if done == nil {
+			e, ok := q.byID[n]
+			return e, ok
+		}
+		q.mu.Unlock()
+		<-done
+		q.mu.Lock()
+	}
+}
+
+// reserve marks task id busy; release, with what reserve returned, ends it.
+func (q *queue) reserve(id uint64) chan struct{} {
+	done := make(chan struct{})
+	q.busy[id] = done
+	return done
+}
+
+func (q *queue) release(id uint64, done chan struct{}) {
+	delete(q.busy, id)
+	close(done)
+}
+
+// unlocked runs write without q.mu, which is held before and after.
+func (q *queue) unlocked(write func() error) error {
+	q.mu.Unlock()
+	defer q.mu.Lock()
+	return write()
+}
+
+// hide takes a pending task out of the claims' reach while it changes;
+// unhide puts it back when the change fails. Tasks in other states are
+// left alone.
+func (q *queue) hide(e *entry) {
+	if e.state == statePending {
+		q.pending().Delete(e)
+		q.views.leave(e)
+	}
+}
+
+func (q *queue) unhide(e *entry) {
+	if e.state == statePending {
+		q.pending().ReplaceOrInsert(e)
+		q.views.enter(e, q.pending().Len())
+	}
 }
 
 // put indexes e in place of old (nil for a new task). A task that leaves

@@ -24,10 +24,12 @@ import (
 var _ ports.TaskRepository = (*Store)(nil)
 
 // Persister makes changes to the index outlast the process. The store calls
-// it under the queue's lock, once a change has been vetted and before the
-// index shows it; if it fails, the index stays as it was and the store
-// returns its error unchanged. Calls for one queue never overlap; calls for
-// different queues may.
+// it once a change has been vetted and before the index shows it, outside
+// the queue's lock, so that the writes of many tasks proceed side by side;
+// if it fails, the index stays as it was and the store returns its error
+// unchanged. Calls for one task never overlap: while a task's change is
+// being written the task is busy, and its next change is decided only once
+// the last one is stored (or refused).
 type Persister interface {
 	// Put stores t, whose stored form is data (domain.EncodeTask(t), already
 	// checked to read back as t). old is the record t replaces, nil for a new
@@ -44,7 +46,8 @@ func (memoryOnly) Put(*domain.Task, domain.Task, []byte) error { return nil }
 func (memoryOnly) Remove(domain.Task) error                    { return nil }
 
 // Store keeps every task in a per-queue index. Each queue has its own lock,
-// so work on one queue never waits for another.
+// so work on one queue never waits for another; it is held to decide and to
+// index a change, never while the Persister writes it.
 type Store struct {
 	persist Persister
 
@@ -113,8 +116,9 @@ func (s *Store) lookup(ref ports.QueueRef, create bool) *queue {
 
 // Create stores a new task. The host, queue and id must be valid names (a
 // durable store makes paths of them); the id must be free in its queue, or
-// Create fails with domain.ErrExists.
-func (s *Store) Create(ctx context.Context, t domain.Task) error {
+// Create fails with domain.ErrExists. then, if not nil, is called as
+// ports.TaskRepository describes.
+func (s *Store) Create(ctx context.Context, t domain.Task, then ports.Then) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("create task %s: %w", t.ID, err)
 	}
@@ -129,14 +133,16 @@ func (s *Store) Create(ctx context.Context, t domain.Task) error {
 	q := s.lookup(ports.KeyOf(t).Ref(), true)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if _, taken := q.byID[e.id]; taken {
+	if _, taken := q.byID[e.id]; taken || q.busy[e.id] != nil {
 		return fmt.Errorf("create task %s: %w", t.ID, domain.ErrExists)
 	}
-	if err := s.persist.Put(nil, stored, data); err != nil {
+	done := q.reserve(e.id)
+	defer q.release(e.id, done)
+	if err := q.unlocked(func() error { return s.persist.Put(nil, stored, data) }); err != nil {
 		return err
 	}
 	q.put(nil, e)
-	return nil
+	return then.Call(stored)
 }
 
 // Get returns a copy of the task's current record, from the index.
@@ -156,7 +162,7 @@ func (s *Store) Get(ctx context.Context, k ports.Key) (domain.Task, error) {
 
 // Update applies fn to a copy of the task and stores the result. When fn
 // fails it returns the unchanged record with fn's error.
-func (s *Store) Update(ctx context.Context, k ports.Key, fn func(*domain.Task) error) (domain.Task, error) {
+func (s *Store) Update(ctx context.Context, k ports.Key, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
 	if err := ctx.Err(); err != nil {
 		return domain.Task{}, fmt.Errorf("update task %s: %w", k.ID, err)
 	}
@@ -166,16 +172,17 @@ func (s *Store) Update(ctx context.Context, k ports.Key, fn func(*domain.Task) e
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	cur, ok := q.get(k.ID)
+	cur, ok := q.idle(k.ID)
 	if !ok {
 		return domain.Task{}, domain.ErrNotFound
 	}
-	return s.apply(q, cur, fn)
+	return s.apply(q, cur, fn, then)
 }
 
 // ClaimNext applies fn to the oldest pending task of ref that m accepts.
-// The queue's mutex is what makes exactly one caller win each task.
-func (s *Store) ClaimNext(ctx context.Context, ref ports.QueueRef, m ports.Matcher, fn func(*domain.Task) error) (domain.Task, error) {
+// The queue's mutex is what makes exactly one caller win each task: a task
+// being claimed is out of the pending tree until its claim is stored.
+func (s *Store) ClaimNext(ctx context.Context, ref ports.QueueRef, m ports.Matcher, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
 	if err := ctx.Err(); err != nil {
 		return domain.Task{}, fmt.Errorf("claim in %s/%s: %w", ref.Host, ref.Queue, err)
 	}
@@ -189,13 +196,13 @@ func (s *Store) ClaimNext(ctx context.Context, ref ports.QueueRef, m ports.Match
 	if !ok {
 		return domain.Task{}, domain.ErrNotFound
 	}
-	return s.apply(q, cur, fn)
+	return s.apply(q, cur, fn, then)
 }
 
-// apply is the read-modify-write of Update and ClaimNext; q.mu is held. The
-// change is persisted before the index takes it, so a failed write leaves
-// both as they were.
-func (s *Store) apply(q *queue, cur *entry, fn func(*domain.Task) error) (domain.Task, error) {
+// apply is the read-modify-write of Update and ClaimNext; q.mu is held and
+// cur has no change in flight. The change is persisted before the index
+// takes it, so a failed write leaves both as they were.
+func (s *Store) apply(q *queue, cur *entry, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
 	old, next := q.task(cur), q.task(cur) // fn may scribble on next's pointers
 	if err := fn(&next); err != nil {
 		return old, err
@@ -208,7 +215,13 @@ func (s *Store) apply(q *queue, cur *entry, fn func(*domain.Task) error) (domain
 	if err != nil {
 		return domain.Task{}, domain.E(domain.KindInternal, "invalid_task", "%v", err)
 	}
-	if err := s.persist.Put(&old, stored, data); err != nil {
+	done := q.reserve(cur.id)
+	defer q.release(cur.id, done)
+	// No claim may take a pending task while it changes: it leaves the
+	// pending tree until the change is stored, and comes back if it fails.
+	q.hide(cur)
+	if err := q.unlocked(func() error { return s.persist.Put(&old, stored, data) }); err != nil {
+		q.unhide(cur)
 		return domain.Task{}, err
 	}
 	if bytes.Equal(e.item, cur.item) {
@@ -217,11 +230,12 @@ func (s *Store) apply(q *queue, cur *entry, fn func(*domain.Task) error) (domain
 	q.put(cur, e)
 	// stored shares no pointer with e, only the item, progress and result
 	// slices, which are never changed in place.
-	return stored, nil
+	return stored, then.Call(stored)
 }
 
-// Delete removes a task for good.
-func (s *Store) Delete(ctx context.Context, k ports.Key) error {
+// Delete removes a task for good, if check (when not nil) approves of its
+// current record; otherwise it returns check's error and changes nothing.
+func (s *Store) Delete(ctx context.Context, k ports.Key, check func(domain.Task) error, then ports.Then) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("delete task %s: %w", k.ID, err)
 	}
@@ -231,15 +245,25 @@ func (s *Store) Delete(ctx context.Context, k ports.Key) error {
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	e, ok := q.get(k.ID)
+	e, ok := q.idle(k.ID)
 	if !ok {
 		return domain.ErrNotFound
 	}
-	if err := s.persist.Remove(q.task(e)); err != nil {
+	t := q.task(e)
+	if check != nil {
+		if err := check(t); err != nil {
+			return err
+		}
+	}
+	done := q.reserve(e.id)
+	defer q.release(e.id, done)
+	q.hide(e)
+	if err := q.unlocked(func() error { return s.persist.Remove(t) }); err != nil {
+		q.unhide(e)
 		return err
 	}
 	q.remove(e)
-	return nil
+	return then.Call(t)
 }
 
 // Each calls fn with a copy of each task in dir, ordered by (postedAt, id),

@@ -67,19 +67,21 @@ func TestPersister(t *testing.T) {
 	}
 
 	p.err = errors.New("disc full")
-	refuse("create", s.Create(ctx, posted))
+	refuse("create", s.Create(ctx, posted, nil))
 	if _, err := s.Get(ctx, k); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("a refused create left the task in the index: %v", err)
 	}
 	p.err = nil
-	if err := s.Create(ctx, posted); err != nil {
+	if err := s.Create(ctx, posted, nil); err != nil {
 		t.Fatal(err)
 	}
 
 	p.err = errors.New("disc full")
-	_, err := s.Update(ctx, k, claim)
+	_, err := s.Update(ctx, k, claim, nil)
 	refuse("update", err)
-	refuse("delete", s.Delete(ctx, k))
+	refuse("delete", s.Delete(ctx, k, nil, nil))
+	_, err = s.ClaimNext(ctx, k.Ref(), nil, claim, nil)
+	refuse("claim", err)
 	if got, _ := s.Get(ctx, k); !cmp.Equal(posted, got) {
 		t.Errorf("refused changes changed the index: %s", cmp.Diff(posted, got))
 	}
@@ -87,10 +89,10 @@ func TestPersister(t *testing.T) {
 		t.Errorf("counts = %+v after refused changes", got)
 	}
 	p.err = nil
-	if _, err := s.Update(ctx, k, claim); err != nil {
+	if _, err := s.Update(ctx, k, claim, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Delete(ctx, k); err != nil {
+	if err := s.Delete(ctx, k, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -106,10 +108,89 @@ func TestPersister(t *testing.T) {
 		"put a000000000000001 pending->processing",
 		"remove a000000000000001 pending",
 		"put a000000000000001 pending->processing",
+		"put a000000000000001 pending->processing",
 		"remove a000000000000001 processing",
 	}
 	if d := cmp.Diff(want, p.calls); d != "" {
 		t.Errorf("Persister calls (-want +got):\n%s", d)
+	}
+}
+
+// gate is a Persister whose Put of one task waits until the test opens it.
+type gate struct {
+	id      string
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (g *gate) Put(_ *domain.Task, t domain.Task, _ []byte) error {
+	if t.ID == g.id && t.Status == domain.Processing {
+		g.entered <- struct{}{}
+		<-g.open
+	}
+	return nil
+}
+
+func (g *gate) Remove(domain.Task) error { return nil }
+
+// While one task's change is being written, the queue goes on: other tasks
+// are claimed, the task reads as it was stored, and the task's next change
+// waits for the write and is decided on its result.
+func TestWritesRunOutsideTheLock(t *testing.T) {
+	ctx := context.Background()
+	now := time.UnixMilli(1751500000000)
+	g := &gate{id: "a000000000000001", entered: make(chan struct{}), open: make(chan struct{})}
+	s := memstore.New(memstore.WithPersister(g))
+	var keys []ports.Key
+	for n := range 2 {
+		posted, _ := domain.Post(fmt.Sprintf("a00000000000000%d", n+1), "task.example.com", "resize", json.RawMessage(`{}`), "alice", now.Add(time.Duration(n)*time.Second))
+		if err := s.Create(ctx, posted, nil); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, ports.KeyOf(posted))
+	}
+	claimBy := func(worker string) func(*domain.Task) error {
+		return func(t *domain.Task) error {
+			next, _, err := t.Claim(worker, time.Minute, now)
+			*t = next
+			return err
+		}
+	}
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.ClaimNext(ctx, keys[0].Ref(), nil, claimBy("box-1"), nil)
+		first <- err
+	}()
+	<-g.entered // the claim of task 1 is being written
+
+	got, err := s.ClaimNext(ctx, keys[0].Ref(), nil, claimBy("box-2"), nil)
+	if err != nil || got.ID != keys[1].ID {
+		t.Fatalf("claim during the write = %s, %v; want task 2", got.ID, err)
+	}
+	if cur, _ := s.Get(ctx, keys[0]); cur.Status != domain.Pending {
+		t.Errorf("task 1 reads %s while its claim is written, want pending", cur.Status)
+	}
+	second := make(chan domain.Task, 1)
+	go func() {
+		// A result for task 1 must be decided on the stored claim.
+		t, _ := s.Update(ctx, keys[0], func(t *domain.Task) error {
+			next, _, err := t.Finish("box-1", json.RawMessage(`{}`), now)
+			*t = next
+			return err
+		}, nil)
+		second <- t
+	}()
+	select {
+	case <-second:
+		t.Fatal("a second change of task 1 went ahead while its claim was being written")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(g.open)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if done := <-second; done.Status != domain.Finished || done.Attempts != 1 {
+		t.Errorf("result after the claim = %s with %d attempts, want finished after one claim", done.Status, done.Attempts)
 	}
 }
 
@@ -124,7 +205,7 @@ func TestQueryTestsEachTaskOnce(t *testing.T) {
 		t.Helper()
 		posted, _ := domain.Post(fmt.Sprintf("%016x", 0xd0000000+n), "task.example.com", "resize",
 			json.RawMessage(item), "", now.Add(time.Duration(n)*time.Second))
-		if err := s.Create(ctx, posted); err != nil {
+		if err := s.Create(ctx, posted, nil); err != nil {
 			t.Fatal(err)
 		}
 		return ports.KeyOf(posted)
@@ -142,7 +223,7 @@ func TestQueryTestsEachTaskOnce(t *testing.T) {
 	videos := &contract.CountingMatcher{Want: `"video"`}
 	for n := range 100 {
 		k := post(backlog+n, `"video"`)
-		got, err := s.ClaimNext(ctx, ref, videos, claim)
+		got, err := s.ClaimNext(ctx, ref, videos, claim, nil)
 		if err != nil || got.ID != k.ID {
 			t.Fatalf("claim %d = %s, %v; want %s", n, got.ID, err, k.ID)
 		}
@@ -156,10 +237,10 @@ func TestQueryTestsEachTaskOnce(t *testing.T) {
 		next, _, err := t.Requeue(domain.CauseLease, now)
 		*t = next
 		return err
-	}); err != nil {
+	}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.ClaimNext(ctx, ref, videos, claim); err != nil || got.ID != k.ID {
+	if got, err := s.ClaimNext(ctx, ref, videos, claim, nil); err != nil || got.ID != k.ID {
 		t.Fatalf("claim after re-queue = %s, %v; want %s", got.ID, err, k.ID)
 	}
 	if videos.Calls != backlog+101 {

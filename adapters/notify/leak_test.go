@@ -54,15 +54,17 @@ func TestSubscriptionsLeaveNothingBehind(t *testing.T) {
 	}
 }
 
-// The pending channel of a queue is dropped at its wake-up, not kept.
-func TestPendingEntryGoesAtWakeUp(t *testing.T) {
+// A queue's line goes once nobody waits in it, woken or gone.
+func TestLineGoesWhenEmpty(t *testing.T) {
 	h := NewHub()
 	q := ports.QueueRef{Host: "h", Queue: "q"}
-	h.Pending(q)
+	woken, gone := h.Wait(q), h.Wait(q)
 	h.Publish(domain.Event{Kind: domain.EventPosted, Task: domain.Task{Host: q.Host, Queue: q.Queue, ID: "0000000000000001"}})
+	woken.Leave()
+	gone.Leave()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.pending) != 0 {
-		t.Errorf("hub still holds %d pending channels", len(h.pending))
+	if len(h.lines) != 0 {
+		t.Errorf("hub still holds %d lines", len(h.lines))
 	}
 }

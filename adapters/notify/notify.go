@@ -1,9 +1,10 @@
-// Package notify is the in-process Notifier: it wakes claims waiting for a
-// pending task of their queue, and feeds each watcher of a task that task's
+// Package notify is the in-process Notifier: it wakes one claim waiting in
+// line for each task that becomes pending in its queue, and feeds each watcher of a task that task's
 // events. Everything happens in the publisher's call; there is no goroutine.
 package notify
 
 import (
+	"container/list"
 	"sync"
 	"sync/atomic"
 
@@ -17,10 +18,14 @@ var _ ports.Notifier = (*Hub)(nil)
 // not usable; call NewHub.
 type Hub struct {
 	mu sync.Mutex
-	// pending holds, per queue, the channel the next pending task closes.
-	// An entry exists only between the first Pending after a wake-up and the
-	// next wake-up, so queues nobody waits on cost nothing.
-	pending map[ports.QueueRef]chan struct{}
+	// lines holds, per queue, the claims waiting for a pending task, longest
+	// waiting first. An entry exists only while someone waits, so queues
+	// nobody waits on cost nothing.
+	lines map[ports.QueueRef]*list.List
+	// wakes numbers the tasks that became pending, across every queue; a
+	// waiter remembers the number when it joined, so a wake is only ever
+	// handed to waiters that joined before it (see Waiter.PassOn).
+	wakes uint64
 	// subs holds the live subscriptions of each task; an entry goes when its
 	// last subscription closes or is cut off.
 	subs map[ports.Key]map[*Subscription]struct{}
@@ -29,25 +34,27 @@ type Hub struct {
 // NewHub returns an empty Hub.
 func NewHub() *Hub {
 	return &Hub{
-		pending: make(map[ports.QueueRef]chan struct{}),
-		subs:    make(map[ports.Key]map[*Subscription]struct{}),
+		lines: make(map[ports.QueueRef]*list.List),
+		subs:  make(map[ports.Key]map[*Subscription]struct{}),
 	}
 }
 
-// Pending returns the channel that the next task of q to become pending
-// closes. Every caller until then gets the same channel.
-func (h *Hub) Pending(q ports.QueueRef) <-chan struct{} {
+// Wait puts a claim in q's line for the next task to become pending.
+func (h *Hub) Wait(q ports.QueueRef) ports.Waiter {
+	w := &Waiter{hub: h, q: q, woken: make(chan struct{})}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	ch, ok := h.pending[q]
+	w.since = h.wakes
+	l, ok := h.lines[q]
 	if !ok {
-		ch = make(chan struct{})
-		h.pending[q] = ch
+		l = list.New()
+		h.lines[q] = l
 	}
-	return ch
+	w.elem = l.PushBack(w)
+	return w
 }
 
-// Publish wakes the claims waiting on the event's queue if the event made its
+// Publish wakes one claim waiting on the event's queue if the event made its
 // task pending, and hands the event to every subscription of its task.
 // Delivery happens under the Hub's lock, so each subscription sees a task's
 // events in the order they were published; it never blocks, because a
@@ -56,16 +63,12 @@ func (h *Hub) Publish(ev domain.Event) {
 	k := ports.KeyOf(ev.Task)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-
 	if ev.Kind == domain.EventPosted || ev.Kind == domain.EventRequeue {
-		// Closing wakes every waiter at once; deleting the entry makes the
-		// next Pending start a new generation.
-		if ch, ok := h.pending[k.Ref()]; ok {
-			close(ch)
-			delete(h.pending, k.Ref())
-		}
+		// One task, one claim woken: waking every waiter would have all of
+		// them queue up for the queue's lock to find one task.
+		h.wakes++
+		h.wakeNext(k.Ref(), h.wakes)
 	}
-
 	for s := range h.subs[k] {
 		select {
 		case s.ch <- ev:
@@ -76,6 +79,69 @@ func (h *Hub) Publish(ev domain.Event) {
 			h.drop(s)
 		}
 	}
+}
+
+// wakeNext gives wake n to the waiter longest in q's line, if it joined
+// before the wake: one that joined later looked for tasks after this one
+// was there. h.mu is held.
+func (h *Hub) wakeNext(q ports.QueueRef, n uint64) {
+	l := h.lines[q]
+	if l == nil {
+		return
+	}
+	w := l.Front().Value.(*Waiter)
+	if w.since >= n {
+		return
+	}
+	h.unline(w)
+	w.wake = n
+	close(w.woken)
+}
+
+// unline takes w out of its queue's line. h.mu is held.
+func (h *Hub) unline(w *Waiter) {
+	l := h.lines[w.q]
+	l.Remove(w.elem)
+	w.elem = nil
+	if l.Len() == 0 {
+		delete(h.lines, w.q)
+	}
+}
+
+// Waiter is one claim in its queue's line (see ports.Waiter).
+type Waiter struct {
+	hub   *Hub
+	q     ports.QueueRef
+	since uint64        // the Hub's wakes when it joined
+	elem  *list.Element // its place in line; nil once woken or gone
+	woken chan struct{} // closed when woken
+	wake  uint64        // the wake it got; 0 for none
+}
+
+// Woken is closed once the waiter is woken.
+func (w *Waiter) Woken() <-chan struct{} { return w.woken }
+
+// Leave takes the waiter out of line, if it is still in it, and reports
+// whether it was woken.
+func (w *Waiter) Leave() (woken bool) {
+	w.hub.mu.Lock()
+	defer w.hub.mu.Unlock()
+	if w.elem != nil {
+		w.hub.unline(w)
+	}
+	return w.wake != 0
+}
+
+// PassOn gives the wake this waiter got to the next waiter in line that
+// joined before that wake, if any. A chain of waiters passing one wake on
+// visits each of them at most once: a waiter that joins again joins after it.
+func (w *Waiter) PassOn() {
+	if w.wake == 0 {
+		return
+	}
+	w.hub.mu.Lock()
+	defer w.hub.mu.Unlock()
+	w.hub.wakeNext(w.q, w.wake)
 }
 
 // Subscribe starts delivering k's events to a new subscription, which holds

@@ -34,7 +34,7 @@ func closed(ch <-chan struct{}) bool {
 	}
 }
 
-func TestPendingIsClosedByPostAndRequeueOnly(t *testing.T) {
+func TestPostAndRequeueWakeTheFirstWaiterOnly(t *testing.T) {
 	tests := []struct {
 		kind domain.EventKind
 		wake bool
@@ -52,48 +52,98 @@ func TestPendingIsClosedByPostAndRequeueOnly(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(string(tc.kind), func(t *testing.T) {
 			h := notify.NewHub()
-			// Taken before the publish, as a claim does before it looks for
+			// Joined before the publish, as a claim does before it looks for
 			// a task: the publish must not slip in between unnoticed.
-			ch := h.Pending(resize)
-			other := h.Pending(thumbs)
-			if h.Pending(resize) != ch {
-				t.Fatal("two waiters before a publish got different channels")
-			}
+			first, second := h.Wait(resize), h.Wait(resize)
+			other := h.Wait(thumbs)
 
 			h.Publish(event(resize, "9f2c1a0b7d4e6f83", tc.kind, 0))
 
-			if got := closed(ch); got != tc.wake {
-				t.Fatalf("channel closed = %v, want %v", got, tc.wake)
+			if got := closed(first.Woken()); got != tc.wake {
+				t.Fatalf("first waiter woken = %v, want %v", got, tc.wake)
 			}
-			if closed(other) {
-				t.Fatal("another queue's channel was closed")
+			if closed(second.Woken()) {
+				t.Fatal("one task woke two waiters")
 			}
-			if next := h.Pending(resize); tc.wake && closed(next) {
-				t.Fatal("the channel after a wake-up is already closed")
+			if closed(other.Woken()) {
+				t.Fatal("another queue's waiter was woken")
+			}
+			if got := first.Leave(); got != tc.wake {
+				t.Errorf("first.Leave() = %v, want %v", got, tc.wake)
+			}
+			if second.Leave() || other.Leave() {
+				t.Error("Leave reports a wake that did not happen")
 			}
 		})
 	}
 }
 
-// A poster and claimers race; a claimer takes the channel, then looks for a
-// task, then waits. The poster posts the next task only when the last one is
-// taken, so a post that fell between a claimer's look and its wait unnoticed
-// would leave every claimer asleep with a task pending, past the deadline.
-func TestPendingLosesNoWakeUp(t *testing.T) {
-	const posts, claimers = 2000, 2
+// A wake passed on goes to the next waiter that joined before the task came,
+// never to one that joined after it (that one looked with the task there).
+func TestPassOnSkipsLaterJoiners(t *testing.T) {
 	h := notify.NewHub()
-	var available atomic.Int64
+	a, b := h.Wait(resize), h.Wait(resize)
+	h.Publish(event(resize, "9f2c1a0b7d4e6f83", domain.EventPosted, 0))
+	late := h.Wait(resize)
+	if !a.Leave() {
+		t.Fatal("the first waiter was not woken")
+	}
+	a.PassOn()
+	if !closed(b.Woken()) {
+		t.Fatal("the wake passed on did not reach the next waiter")
+	}
+	b.Leave()
+	b.PassOn()
+	if closed(late.Woken()) {
+		t.Fatal("the wake reached a waiter that joined after the task came")
+	}
+	// Passing on is idempotent in effect: nobody is left who joined before.
+	a.PassOn()
+	if closed(late.Woken()) {
+		t.Fatal("a second PassOn woke a later waiter")
+	}
+	late.Leave()
+}
+
+// A poster and claimers race, and each claimer takes only tasks of one
+// kind, so many wakes land on a claimer that cannot use them. Each claimer
+// follows the protocol of app.Await: join, look, wait; pass on a wake that
+// took nothing. The poster posts the next task only when the last one is
+// taken, so a wake lost anywhere leaves every claimer asleep with a task
+// pending, past the deadline.
+func TestLineLosesNoTask(t *testing.T) {
+	const posts, perKind = 2000, 2
+	h := notify.NewHub()
+	var available atomic.Int64 // the pending task's number + 1; 0 for none
 	took := make(chan struct{})
-	// A closed channel, unlike time.After's, reaches every claimer.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
+	takeIfMine := func(kind int64) bool {
+		n := available.Load()
+		return n > 0 && (n-1)%2 == kind && available.CompareAndSwap(n, 0)
+	}
+	passOn := func(w ports.Waiter) {
+		if available.Load() > 0 {
+			w.PassOn()
+		}
+	}
 	var wg sync.WaitGroup
-	for range claimers {
+	for c := range 2 * perKind {
+		kind := int64(c % 2)
 		wg.Go(func() {
+			var acting ports.Waiter
 			for {
-				wake := h.Pending(resize)
-				if n := available.Load(); n > 0 && available.CompareAndSwap(n, n-1) {
+				w := h.Wait(resize)
+				got := takeIfMine(kind)
+				if acting != nil && !got {
+					passOn(acting)
+				}
+				acting = nil
+				if got {
+					if w.Leave() {
+						passOn(w)
+					}
 					select {
 					case took <- struct{}{}:
 					case <-ctx.Done():
@@ -102,15 +152,18 @@ func TestPendingLosesNoWakeUp(t *testing.T) {
 					continue
 				}
 				select {
-				case <-wake:
+				case <-w.Woken():
+					w.Leave()
+					acting = w
 				case <-ctx.Done():
+					w.Leave()
 					return
 				}
 			}
 		})
 	}
 	for i := range posts {
-		available.Add(1)                                                    // the task is stored...
+		available.Store(int64(i) + 1)                                       // the task is stored...
 		h.Publish(event(resize, "9f2c1a0b7d4e6f83", domain.EventPosted, i)) // ...then announced
 		select {
 		case <-took:

@@ -189,31 +189,22 @@ func (w *worker) claim(m message) {
 func (w *worker) await(ref, query json.RawMessage, release func()) {
 	defer w.claims.Done()
 	defer release()
-	for {
-		// Take the wake-up channel before looking, so that a task posted
-		// between the look and the wait still wakes us.
-		wake := w.s.hub.Pending(w.q.Ref())
-		if w.ctx.Err() != nil {
-			w.settle(nil)
-			return
-		}
-		// The claim itself must not be cut short half-way (task moved, event
-		// not logged): it runs to the end even if the socket dies meanwhile.
-		t, err := w.s.svc.Claim(context.WithoutCancel(w.ctx), w.q, w.name, query, 0)
-		switch {
-		case err == nil:
-			w.settle(&t)
-			w.send(taskReply{Type: "task", Ref: ref, ID: t.ID, Item: t.Item, Attempts: t.Attempts, Lease: t.Lease})
-			return
-		case !errors.Is(err, domain.ErrNotFound):
-			w.settle(nil)
-			w.fail(ref, err)
-			return
-		}
-		select {
-		case <-wake:
-		case <-w.ctx.Done():
-		}
+	m, err := w.s.svc.CompileQuery(query)
+	if err != nil {
+		w.settle(nil)
+		w.fail(ref, err)
+		return
+	}
+	t, err := w.s.svc.Await(w.ctx, w.q, w.name, m)
+	switch {
+	case err == nil:
+		w.settle(&t)
+		w.send(taskReply{Type: "task", Ref: ref, ID: t.ID, Item: t.Item, Attempts: t.Attempts, Lease: t.Lease})
+	case w.ctx.Err() != nil || errors.Is(err, domain.ErrNotFound):
+		w.settle(nil) // the socket is gone, or the server is shutting down
+	default:
+		w.settle(nil)
+		w.fail(ref, err)
 	}
 }
 

@@ -34,8 +34,8 @@ type gatedRepo struct {
 	release chan struct{}
 }
 
-func (g *gatedRepo) ClaimNext(ctx context.Context, q ports.QueueRef, m ports.Matcher, fn func(*domain.Task) error) (domain.Task, error) {
-	t, err := g.TaskRepository.ClaimNext(ctx, q, m, fn)
+func (g *gatedRepo) ClaimNext(ctx context.Context, q ports.QueueRef, m ports.Matcher, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+	t, err := g.TaskRepository.ClaimNext(ctx, q, m, fn, then)
 	if err == nil {
 		g.took <- struct{}{}
 		<-g.release

@@ -38,7 +38,7 @@ func kindItem(kind string) string { return fmt.Sprintf(`{"kind":%q}`, kind) }
 
 func claimID(tb testing.TB, r ports.TaskRepository, m ports.Matcher, now int) string {
 	tb.Helper()
-	got, err := r.ClaimNext(context.Background(), ref, m, claim("box-1", at(now)))
+	got, err := r.ClaimNext(context.Background(), ref, m, claim("box-1", at(now)), nil)
 	if errors.Is(err, domain.ErrNotFound) {
 		return ""
 	}
@@ -59,7 +59,7 @@ func testClaimMatcherRequeued(t *testing.T, r ports.TaskRepository) {
 	if got := claimID(t, r, images, 10); got != ID(2) {
 		t.Fatalf("first image claim took %q, want %s", got, ID(2))
 	}
-	if _, err := r.Update(context.Background(), key(2), requeue(at(11))); err != nil {
+	if _, err := r.Update(context.Background(), key(2), requeue(at(11)), nil); err != nil {
 		t.Fatalf("requeue: %v", err)
 	}
 	mustPost(t, r, 5, 5, kindItem("image"))
@@ -95,17 +95,17 @@ func testClaimMatcherLeftPending(t *testing.T, r ports.TaskRepository) {
 	mustPost(t, r, 3, 3, kindItem("image"))
 	mustPost(t, r, 4, 4, kindItem("image"))
 	mustPost(t, r, 5, 5, kindItem("image"))
-	if err := r.Delete(ctx, key(1)); err != nil {
+	if err := r.Delete(ctx, key(1), nil, nil); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
 	if _, err := r.Update(ctx, key(2), func(t *domain.Task) error {
 		next, _, err := t.Timeout(at(6))
 		*t = next
 		return err
-	}); err != nil {
+	}, nil); err != nil {
 		t.Fatalf("timeout: %v", err)
 	}
-	if _, err := r.Update(ctx, key(3), claim("box-2", at(6))); err != nil {
+	if _, err := r.Update(ctx, key(3), claim("box-2", at(6)), nil); err != nil {
 		t.Fatalf("claim by id: %v", err)
 	}
 	if got := claimID(t, r, &aliasMatcher{kindMatcher{"image"}, 1}, 7); got != ID(4) {
@@ -243,7 +243,7 @@ func testClaimMatchersAgainstModel(t *testing.T, r ports.TaskRepository) {
 			}
 		case op < 9:
 			if k, ok := pick("processing"); ok {
-				if _, err := r.Update(ctx, k, requeue(at(now))); err != nil {
+				if _, err := r.Update(ctx, k, requeue(at(now)), nil); err != nil {
 					t.Fatalf("requeue: %v", err)
 				}
 			}
@@ -253,14 +253,14 @@ func testClaimMatchersAgainstModel(t *testing.T, r ports.TaskRepository) {
 				continue
 			}
 			if rng.IntN(2) == 0 {
-				if err := r.Delete(ctx, k); err != nil {
+				if err := r.Delete(ctx, k, nil, nil); err != nil {
 					t.Fatalf("delete: %v", err)
 				}
 			} else if _, err := r.Update(ctx, k, func(t *domain.Task) error {
 				next, _, err := t.Timeout(at(now))
 				*t = next
 				return err
-			}); err != nil {
+			}, nil); err != nil {
 				t.Fatalf("timeout: %v", err)
 			}
 		}

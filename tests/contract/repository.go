@@ -57,6 +57,9 @@ func TestRepository(t *testing.T, open func(t *testing.T) ports.TaskRepository) 
 		{"FinishRace", testFinishRace},
 		{"Each", testEach},
 		{"Delete", testDelete},
+		{"DeleteCheckRefuses", testDeleteCheck},
+		{"ThenOncePerStoredChange", testThenOnce},
+		{"ThenInStoreOrder", testThenOrder},
 		{"ReturnsCopies", testCopies},
 	}
 	for _, c := range cases {
@@ -81,7 +84,7 @@ func at(sec int) time.Time { return epoch.Add(time.Duration(sec) * time.Second) 
 func mustPost(tb testing.TB, r ports.TaskRepository, n, sec int, item string) domain.Task {
 	tb.Helper()
 	t, _ := domain.Post(ID(n), Host, Queue, json.RawMessage(item), "alice", at(sec))
-	if err := r.Create(context.Background(), t); err != nil {
+	if err := r.Create(context.Background(), t, nil); err != nil {
 		tb.Fatalf("create task %d: %v", n, err)
 	}
 	return t
@@ -122,7 +125,7 @@ func mustGet(tb testing.TB, r ports.TaskRepository, k ports.Key) domain.Task {
 
 func mustClaim(tb testing.TB, r ports.TaskRepository, m ports.Matcher, worker string, now time.Time) domain.Task {
 	tb.Helper()
-	t, err := r.ClaimNext(context.Background(), ref, m, claim(worker, now))
+	t, err := r.ClaimNext(context.Background(), ref, m, claim(worker, now), nil)
 	if err != nil {
 		tb.Fatalf("claim for %s: %v", worker, err)
 	}
@@ -149,7 +152,7 @@ func testCreateDuplicate(t *testing.T, r ports.TaskRepository) {
 	first := mustPost(t, r, 1, 0, `{"n":1}`)
 	dup, _ := domain.Post(ID(1), Host, Queue, json.RawMessage(`{"n":2}`), "bob", at(5))
 	// app.Post draws a new id on exactly this error.
-	if err := r.Create(context.Background(), dup); !errors.Is(err, domain.ErrExists) {
+	if err := r.Create(context.Background(), dup, nil); !errors.Is(err, domain.ErrExists) {
 		t.Fatalf("second create with the same id = %v, want ErrExists", err)
 	}
 	// The first record stands, also once it has moved on from pending.
@@ -157,7 +160,7 @@ func testCreateDuplicate(t *testing.T, r ports.TaskRepository) {
 		t.Errorf("record after duplicate create (-want +got):\n%s", diff)
 	}
 	mustClaim(t, r, nil, "box-1", at(1))
-	if err := r.Create(context.Background(), dup); !errors.Is(err, domain.ErrExists) {
+	if err := r.Create(context.Background(), dup, nil); !errors.Is(err, domain.ErrExists) {
 		t.Fatalf("create with the id of a processing task = %v, want ErrExists", err)
 	}
 	assertCounts(t, r, ports.Counts{Processing: 1})
@@ -178,7 +181,7 @@ func testCreateBadNames(t *testing.T, r ports.TaskRepository) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			task, _ := domain.Post(c.id, c.host, c.queue, json.RawMessage(`{}`), "", epoch)
-			err := r.Create(context.Background(), task)
+			err := r.Create(context.Background(), task, nil)
 			if domain.KindOf(err) != domain.KindInvalid {
 				t.Fatalf("create = %v, want a KindInvalid error", err)
 			}
@@ -202,14 +205,14 @@ func testGetMissing(t *testing.T, r ports.TaskRepository) {
 			t.Errorf("get %+v = %v, want ErrNotFound", k, err)
 		}
 	}
-	if _, err := r.Update(ctx, key(2), claim("box-1", at(1))); !errors.Is(err, domain.ErrNotFound) {
+	if _, err := r.Update(ctx, key(2), claim("box-1", at(1)), nil); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("update of a missing task = %v, want ErrNotFound", err)
 	}
-	if err := r.Delete(ctx, key(2)); !errors.Is(err, domain.ErrNotFound) {
+	if err := r.Delete(ctx, key(2), nil, nil); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("delete of a missing task = %v, want ErrNotFound", err)
 	}
 	other := ports.QueueRef{Host: Host, Queue: "other"}
-	if _, err := r.ClaimNext(ctx, other, nil, claim("box-1", at(1))); !errors.Is(err, domain.ErrNotFound) {
+	if _, err := r.ClaimNext(ctx, other, nil, claim("box-1", at(1)), nil); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("claim in an unknown queue = %v, want ErrNotFound", err)
 	}
 	if got := r.Counts(other); got != (ports.Counts{}) {
@@ -223,7 +226,7 @@ func testUpdateMoves(t *testing.T, r ports.TaskRepository) {
 	mustPost(t, r, 2, 1, `{}`)
 	assertCounts(t, r, ports.Counts{Pending: 2})
 
-	got, err := r.Update(ctx, key(1), claim("box-1", at(10)))
+	got, err := r.Update(ctx, key(1), claim("box-1", at(10)), nil)
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
@@ -240,7 +243,7 @@ func testUpdateMoves(t *testing.T, r ports.TaskRepository) {
 		next, _, err := t.ReportProgress("box-1", json.RawMessage(`{"percent":40}`), lease, at(20))
 		*t = next
 		return err
-	})
+	}, nil)
 	if err != nil {
 		t.Fatalf("progress: %v", err)
 	}
@@ -249,7 +252,7 @@ func testUpdateMoves(t *testing.T, r ports.TaskRepository) {
 	}
 	assertCounts(t, r, ports.Counts{Pending: 1, Processing: 1})
 
-	got, err = r.Update(ctx, key(1), finish("box-1", `{"ok":true}`, at(30)))
+	got, err = r.Update(ctx, key(1), finish("box-1", `{"ok":true}`, at(30)), nil)
 	if err != nil {
 		t.Fatalf("finish: %v", err)
 	}
@@ -262,7 +265,7 @@ func testUpdateMoves(t *testing.T, r ports.TaskRepository) {
 		next, _, err := t.Timeout(at(40))
 		*t = next
 		return err
-	})
+	}, nil)
 	if err != nil {
 		t.Fatalf("timeout: %v", err)
 	}
@@ -281,7 +284,7 @@ func testUpdateFnError(t *testing.T, r ports.TaskRepository) {
 		t.Status = domain.Finished
 		t.Result = json.RawMessage(`{"stolen":true}`)
 		return boom
-	})
+	}, nil)
 	if !errors.Is(err, boom) {
 		t.Fatalf("update = %v, want fn's error unchanged", err)
 	}
@@ -294,7 +297,7 @@ func testUpdateFnError(t *testing.T, r ports.TaskRepository) {
 	assertCounts(t, r, ports.Counts{Pending: 1})
 
 	// A domain refusal is returned as it is, too.
-	if _, err := r.Update(context.Background(), key(1), requeue(at(1))); !errors.Is(err, domain.ErrNotProcessing) {
+	if _, err := r.Update(context.Background(), key(1), requeue(at(1)), nil); !errors.Is(err, domain.ErrNotProcessing) {
 		t.Errorf("requeue of a pending task = %v, want ErrNotProcessing", err)
 	}
 }
@@ -310,7 +313,7 @@ func testUpdateIdentity(t *testing.T, r ports.TaskRepository) {
 		_, err := r.Update(context.Background(), key(1), func(t *domain.Task) error {
 			change(t)
 			return nil
-		})
+		}, nil)
 		if err == nil {
 			t.Errorf("update changing the %s succeeded", name)
 		}
@@ -337,7 +340,7 @@ func testClaimOrder(t *testing.T, r ports.TaskRepository) {
 		t.Fatalf("claimed %s then %s, want %s then %s", first.ID, second.ID, ID(3), ID(1))
 	}
 	// Task 3 comes back: it was posted first, so it goes before 2, 5 and 4.
-	if _, err := r.Update(context.Background(), key(3), requeue(at(101))); err != nil {
+	if _, err := r.Update(context.Background(), key(3), requeue(at(101)), nil); err != nil {
 		t.Fatalf("requeue: %v", err)
 	}
 	var got []string
@@ -351,7 +354,7 @@ func testClaimOrder(t *testing.T, r ports.TaskRepository) {
 	if again := mustGet(t, r, key(3)); again.Attempts != 2 {
 		t.Errorf("re-claimed task has %d attempts, want 2", again.Attempts)
 	}
-	if _, err := r.ClaimNext(context.Background(), ref, nil, claim("box-2", at(103))); !errors.Is(err, domain.ErrNotFound) {
+	if _, err := r.ClaimNext(context.Background(), ref, nil, claim("box-2", at(103)), nil); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("claim with nothing pending = %v, want ErrNotFound", err)
 	}
 }
@@ -379,7 +382,7 @@ func testClaimMatcher(t *testing.T, r ports.TaskRepository) {
 	if got := mustClaim(t, r, images, "box-1", at(10)); got.ID != ID(4) {
 		t.Errorf("second image claim took %s, want %s", got.ID, ID(4))
 	}
-	_, err := r.ClaimNext(context.Background(), ref, images, claim("box-1", at(10)))
+	_, err := r.ClaimNext(context.Background(), ref, images, claim("box-1", at(10)), nil)
 	if !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("image claim with only videos pending = %v, want ErrNotFound", err)
 	}
@@ -412,7 +415,7 @@ func testClaimRace(t *testing.T, r ports.TaskRepository) {
 		worker := fmt.Sprintf("box-%d", w)
 		wg.Go(func() {
 			<-start
-			got, err := r.ClaimNext(context.Background(), ref, nil, claim(worker, at(100)))
+			got, err := r.ClaimNext(context.Background(), ref, nil, claim(worker, at(100)), nil)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -464,7 +467,7 @@ func testFinishRace(t *testing.T, r ports.TaskRepository) {
 		worker := fmt.Sprintf("box-%d", w)
 		wg.Go(func() {
 			<-start
-			_, err := r.Update(context.Background(), key(1), finish(worker, fmt.Sprintf(`{"by":%q}`, worker), at(2)))
+			_, err := r.Update(context.Background(), key(1), finish(worker, fmt.Sprintf(`{"by":%q}`, worker), at(2)), nil)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -497,7 +500,7 @@ func testEach(t *testing.T, r ports.TaskRepository) {
 	for n, sec := range []int{50, 10, 40, 20, 30} {
 		mustPost(t, r, n, sec, `{}`)
 	}
-	if _, err := r.Update(ctx, key(4), claim("box-1", at(60))); err != nil {
+	if _, err := r.Update(ctx, key(4), claim("box-1", at(60)), nil); err != nil {
 		t.Fatalf("claim: %v", err)
 	}
 	ids := func(dir string, limit int) []string {
@@ -542,24 +545,24 @@ func testDelete(t *testing.T, r ports.TaskRepository) {
 	ctx := context.Background()
 	mustPost(t, r, 1, 0, `{}`)
 	mustPost(t, r, 2, 1, `{}`)
-	if _, err := r.Update(ctx, key(1), finish("box-1", `{}`, at(5))); err != nil {
+	if _, err := r.Update(ctx, key(1), finish("box-1", `{}`, at(5)), nil); err != nil {
 		t.Fatalf("finish: %v", err)
 	}
-	if err := r.Delete(ctx, key(1)); err != nil {
+	if err := r.Delete(ctx, key(1), nil, nil); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
 	if _, err := r.Get(ctx, key(1)); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("get after delete = %v, want ErrNotFound", err)
 	}
-	if err := r.Delete(ctx, key(1)); !errors.Is(err, domain.ErrNotFound) {
+	if err := r.Delete(ctx, key(1), nil, nil); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("second delete = %v, want ErrNotFound", err)
 	}
 	assertCounts(t, r, ports.Counts{Pending: 1})
 	// A deleted id is free again, and a deleted pending task is never claimed.
-	if err := r.Delete(ctx, key(2)); err != nil {
+	if err := r.Delete(ctx, key(2), nil, nil); err != nil {
 		t.Fatalf("delete pending: %v", err)
 	}
-	if _, err := r.ClaimNext(ctx, ref, nil, claim("box-1", at(6))); !errors.Is(err, domain.ErrNotFound) {
+	if _, err := r.ClaimNext(ctx, ref, nil, claim("box-1", at(6)), nil); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("claim after deleting the only pending task = %v, want ErrNotFound", err)
 	}
 	mustPost(t, r, 1, 7, `{"again":true}`)
@@ -569,7 +572,7 @@ func testDelete(t *testing.T, r ports.TaskRepository) {
 func testCopies(t *testing.T, r ports.TaskRepository) {
 	ctx := context.Background()
 	posted, _ := domain.Post(ID(1), Host, Queue, json.RawMessage(`{}`), "alice", at(0))
-	if err := r.Create(ctx, posted); err != nil {
+	if err := r.Create(ctx, posted, nil); err != nil {
 		t.Fatalf("create: %v", err)
 	}
 	*posted.PostedBy = "mallory" // the caller's record is not the store's
@@ -585,7 +588,7 @@ func testCopies(t *testing.T, r ports.TaskRepository) {
 	scribble(&claimed)
 	got := mustGet(t, r, key(1))
 	scribble(&got)
-	updated, err := r.Update(ctx, key(1), func(t *domain.Task) error { return nil })
+	updated, err := r.Update(ctx, key(1), func(t *domain.Task) error { return nil }, nil)
 	if err != nil {
 		t.Fatalf("update: %v", err)
 	}
@@ -598,5 +601,122 @@ func testCopies(t *testing.T, r ports.TaskRepository) {
 	}
 	if *want.PostedBy != "alice" {
 		t.Errorf("postedBy = %q, want alice", *want.PostedBy)
+	}
+}
+
+func testDeleteCheck(t *testing.T, r ports.TaskRepository) {
+	ctx := context.Background()
+	mustPost(t, r, 1, 0, `{}`)
+	refused := errors.New("not yet")
+	var saw domain.Task
+	err := r.Delete(ctx, key(1), func(t domain.Task) error {
+		saw = t
+		return refused
+	}, func(domain.Task) error {
+		t.Error("Then called for a refused delete")
+		return nil
+	})
+	if !errors.Is(err, refused) {
+		t.Fatalf("refused delete = %v, want the check's error", err)
+	}
+	if saw.ID != ID(1) || saw.Status != domain.Pending {
+		t.Errorf("check saw %s %s, want %s pending", saw.ID, saw.Status, ID(1))
+	}
+	if got := mustGet(t, r, key(1)); got.Status != domain.Pending {
+		t.Errorf("after a refused delete the task is %s", got.Status)
+	}
+	// Still claimable: a refused delete leaves the task where it was.
+	mustClaim(t, r, nil, "box-1", at(1))
+}
+
+// Then hears of every stored change once, with the record stored, and of
+// no refused one.
+func testThenOnce(t *testing.T, r ports.TaskRepository) {
+	ctx := context.Background()
+	var heard []string
+	then := func(t domain.Task) error {
+		heard = append(heard, fmt.Sprintf("%s %s %d", t.ID, t.Status, t.Attempts))
+		return nil
+	}
+	posted, _ := domain.Post(ID(1), Host, Queue, json.RawMessage(`{}`), "alice", at(0))
+	if err := r.Create(ctx, posted, then); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Create(ctx, posted, then); !errors.Is(err, domain.ErrExists) {
+		t.Fatalf("duplicate create = %v", err)
+	}
+	if _, err := r.ClaimNext(ctx, ref, nil, claim("box-1", at(1)), then); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Update(ctx, key(1), finish("box-1", `{}`, at(2)), then); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Update(ctx, key(1), finish("box-2", `{}`, at(3)), then); !errors.Is(err, domain.ErrTerminal) {
+		t.Fatalf("second result = %v, want ErrTerminal", err)
+	}
+	if err := r.Delete(ctx, key(1), nil, then); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{ID(1) + " pending 0", ID(1) + " processing 1", ID(1) + " finished 1", ID(1) + " finished 1"}
+	if diff := cmp.Diff(want, heard); diff != "" {
+		t.Errorf("Then calls (-want +got):\n%s", diff)
+	}
+	// A failing Then leaves the change stored and returns its error.
+	mustPost(t, r, 2, 4, `{}`)
+	failed := errors.New("log unavailable")
+	if _, err := r.ClaimNext(ctx, ref, nil, claim("box-1", at(5)), func(domain.Task) error { return failed }); !errors.Is(err, failed) {
+		t.Fatalf("claim with a failing Then = %v", err)
+	}
+	if got := mustGet(t, r, key(2)); got.Status != domain.Processing {
+		t.Errorf("after a failing Then the task is %s, want processing", got.Status)
+	}
+}
+
+// Changes of one task race from many goroutines; each is a requeue or a
+// claim, so the attempts count grows by one with every claim stored. The
+// Then calls must see the records in the order they were stored: the
+// attempts never go down, and never skip a claim.
+func testThenOrder(t *testing.T, r ports.TaskRepository) {
+	const goroutines, rounds = 8, 25
+	mustPost(t, r, 1, 0, `{}`)
+	var (
+		mu    sync.Mutex
+		heard []domain.Task
+		wg    sync.WaitGroup
+	)
+	then := func(t domain.Task) error {
+		mu.Lock()
+		heard = append(heard, t)
+		mu.Unlock()
+		return nil
+	}
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range rounds {
+				_, _ = r.Update(context.Background(), key(1), func(t *domain.Task) error {
+					if t.Status == domain.Pending {
+						return claim(fmt.Sprintf("box-%d", g), at(i))(t)
+					}
+					return requeue(at(i))(t)
+				}, then)
+			}
+		})
+	}
+	wg.Wait()
+	if len(heard) != goroutines*rounds {
+		t.Fatalf("Then called %d times for %d stored changes", len(heard), goroutines*rounds)
+	}
+	for i, h := range heard {
+		wantStatus, wantAttempts := domain.Processing, i/2+1
+		if i%2 == 1 {
+			wantStatus = domain.Pending
+		}
+		if h.Status != wantStatus || h.Attempts != wantAttempts {
+			t.Fatalf("Then call %d heard %s with %d attempts, want %s with %d: out of store order", i, h.Status, h.Attempts, wantStatus, wantAttempts)
+		}
+	}
+	got := mustGet(t, r, key(1))
+	if got.Attempts != goroutines*rounds/2 {
+		t.Errorf("task has %d attempts, want %d", got.Attempts, goroutines*rounds/2)
 	}
 }
