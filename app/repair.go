@@ -2,9 +2,11 @@ package app
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -16,27 +18,29 @@ import (
 
 // Repairing the event log at start-up.
 //
-// A transition is written to the store first and to the event log second,
-// both under its queue's lock (see transition), and neither is flushed
-// before the next transition of the queue may begin. So a crash can leave a
-// stored change without its line, and only one per queue: the queue's most
-// recent store write. RepairLog finds that write and appends the line it
-// lacks, so that the log tells the store's story again before anyone is
-// served.
+// A transition is written to the store first and to the event log second:
+// the repository writes the task file outside the queue's lock and, once
+// it is stored, indexes it and has the line appended under the lock (see
+// transition). Neither is flushed before the answer. So a crash can leave
+// stored changes without their lines: those whose file writes were under
+// way when it struck. Such a change was decided (and stamped with its time)
+// at most as long before the queue's newest change as its write took, a
+// few milliseconds, and a write that outlasts repairRecent is not looked
+// for. RepairLog finds these changes and appends the lines they lack, so
+// that the log tells the store's story again before anyone is served.
 //
-// The most recent store write of a queue is
-//   - a change to the task with the newest c(T) = max(updatedAt, fetchedAt):
-//     every transition but a clean stamps one of the two with its time, and
-//     the queue's lock hands out transitions one at a time in time order;
-//   - or the delete of a clean, which leaves no task to look at. If the
+// The candidates of a queue are
+//   - the tasks whose c(T) = max(updatedAt, fetchedAt) is no more than
+//     repairRecent older than the queue's newest one: every transition but
+//     a clean stamps one of the two with its time;
+//   - and the delete of a clean, which leaves no task to look at. If the
 //     queue's last line is of a task the store no longer holds, and is not
-//     its cleaned line, that clean was cut. (When the sweep cleaned another
-//     task just before, that one's cleaned line is the queue's last, and the
-//     cut one, whose own last line lies retainSeconds back, is not found.)
+//     its cleaned line, that clean was cut. (The sweep cleans one task at a
+//     time, so at most one clean is cut; when other lines of the queue
+//     were appended after it, it is not found.)
 //
 // Both are found with one bounded pass over the newest lines of the log,
-// which usually ends after a few lines: once it has met each queue's last
-// line and each newest-changed task's last line.
+// which ends once it has met each queue's last line and each candidate's.
 
 // LogTail reads the event log backwards: every line, newest day file
 // first, newest line first, until fn returns false. A line is valid only
@@ -54,10 +58,12 @@ type LogTail interface {
 const (
 	repairWindow   = time.Hour
 	repairMaxBytes = 64 << 20
-	// repairMaxTies bounds how many tasks of a queue changed in the very
-	// same millisecond are checked. The cut one is among them; more than a
-	// handful in one millisecond is a burst of posts, each with its line.
-	repairMaxTies = 64
+	// repairRecent is how much older than its queue's newest change a cut
+	// change may be: the longest a task file write may take.
+	repairRecent = 10 * time.Second
+	// repairMaxRecent bounds the candidates of a queue, newest first.
+	// Far more changes than writes can be under way at once.
+	repairMaxRecent = 100_000
 )
 
 // RepairLog appends the lines a crash cut, for the served queues, and
@@ -67,7 +73,7 @@ const (
 func (s *Service) RepairLog(ctx context.Context, queues []*ports.Queue, tail LogTail) ([]domain.Event, error) {
 	newest := make(map[ports.QueueRef][]domain.Task, len(queues))
 	for _, q := range queues {
-		ts, err := s.newestChanges(ctx, q.Ref())
+		ts, err := s.recentChanges(ctx, q.Ref())
 		if err != nil {
 			return nil, err
 		}
@@ -106,8 +112,7 @@ func (s *Service) RepairLog(ctx context.Context, queues []*ports.Queue, tail Log
 	return appended, nil
 }
 
-// cutChanges is the line q's newest change lacks, if any (one per task
-// changed in that millisecond, though only one can really lack its line).
+// cutChanges are the lines q's recent changes lack, if any.
 func (s *Service) cutChanges(q *ports.Queue, newest []domain.Task, read *tailRead) []domain.Event {
 	var evs []domain.Event
 	for _, t := range newest {
@@ -118,7 +123,7 @@ func (s *Service) cutChanges(q *ports.Queue, newest []domain.Task, read *tailRea
 		if changedAt(t) < read.floor {
 			// The last crash cut no change this old (see readTail); if
 			// its lines are missing, they aged out.
-			return nil
+			continue
 		}
 		line, found := read.last[ports.KeyOf(t)]
 		switch {
@@ -142,6 +147,8 @@ func (s *Service) cutChanges(q *ports.Queue, newest []domain.Task, read *tailRea
 		}
 		evs = append(evs, ev)
 	}
+	// In the order they happened, as they would have been written.
+	slices.SortStableFunc(evs, func(a, b domain.Event) int { return a.At.Compare(b.At) })
 	return evs
 }
 
@@ -153,19 +160,29 @@ func changedAt(t domain.Task) int64 {
 	return t.UpdatedAt
 }
 
-// newestChanges lists the tasks of q with the newest c(T), all of them if
-// several changed in the same millisecond (up to repairMaxTies): one pass
-// over the three state directories.
-func (s *Service) newestChanges(ctx context.Context, q ports.QueueRef) ([]domain.Task, error) {
-	var newest []domain.Task
-	var at int64
+// recentChanges lists the tasks of q whose c(T) is at most repairRecent
+// older than the newest, newest first, up to repairMaxRecent of them: one
+// pass over the three state directories.
+func (s *Service) recentChanges(ctx context.Context, q ports.QueueRef) ([]domain.Task, error) {
+	var recent []domain.Task
+	var newest int64
+	// prune keeps the candidates of the newest changes seen so far.
+	prune := func() {
+		slices.SortFunc(recent, func(a, b domain.Task) int { return cmp.Compare(changedAt(b), changedAt(a)) })
+		recent = slices.DeleteFunc(recent, func(t domain.Task) bool {
+			return changedAt(t) < newest-repairRecent.Milliseconds()
+		})
+		recent = recent[:min(len(recent), repairMaxRecent)]
+	}
 	for _, dir := range domain.Dirs {
 		err := s.repo.Each(ctx, q, dir, func(t domain.Task) bool {
-			switch c := changedAt(t); {
-			case c > at || len(newest) == 0:
-				newest, at = append(newest[:0], t), c
-			case c == at && len(newest) < repairMaxTies:
-				newest = append(newest, t)
+			c := changedAt(t)
+			if c < newest-repairRecent.Milliseconds() {
+				return true
+			}
+			newest = max(newest, c)
+			if recent = append(recent, t); len(recent) >= 2*repairMaxRecent {
+				prune()
 			}
 			return true
 		})
@@ -173,7 +190,8 @@ func (s *Service) newestChanges(ctx context.Context, q ports.QueueRef) ([]domain
 			return nil, fmt.Errorf("repair event log: %w", err)
 		}
 	}
-	return newest, nil
+	prune()
+	return recent, nil
 }
 
 // seenLine is what the repair keeps of a task's newest line.
@@ -191,10 +209,10 @@ type tailRead struct {
 	// has none). A change older than that was not cut by the last crash.
 	floor int64
 	// covered says every line from floor on was read, or the whole log;
-	// complete says the whole log was. A newest-changed task no older than
-	// floor without a line in a covered read has lost its last one.
+	// complete says the whole log was. A candidate no older than floor
+	// without a line in a covered read has lost its last one.
 	covered, complete bool
-	// last is the newest line of each newest-changed task that has one.
+	// last is the newest line of each candidate that has one.
 	last map[ports.Key]seenLine
 	// queueLast is each served queue's newest line, if it is no older than
 	// floor, and the task it is of.
@@ -207,13 +225,13 @@ type taskLine struct {
 }
 
 // readTail makes the one backward pass over the log, for the queues of
-// newest (with their newest-changed tasks).
+// newest (with their candidates, the recently changed tasks).
 //
 // A queue's cut change was made just before the crash: no earlier than the
 // newest line by more than the time one append takes. So a change older
 // than floor was not cut, and the pass need not read past floor to learn
 // whether a newer one lacks its line: it reads back until it has met each
-// queue's last line (or floor) and each newest-changed task's last line.
+// queue's last line (or floor) and each candidate's last line.
 // Past floor it goes on looking only for the last lines of those tasks not
 // met yet, which tell what they lack. It never reads more than
 // repairMaxBytes. Lines are parsed only when they may be one of these:
@@ -223,7 +241,7 @@ func readTail(ctx context.Context, tail LogTail, newest map[ports.QueueRef][]dom
 		floor: domain.Millis(now.Add(-repairWindow)),
 		last:  map[ports.Key]seenLine{}, queueLast: map[ports.QueueRef]taskLine{},
 	}
-	sought := map[ports.Key]int64{} // newest-changed tasks not met yet, with c(T)
+	sought := map[ports.Key]int64{} // candidates not met yet, with c(T)
 	unmet := map[string]map[string]bool{}
 	for ref, ts := range newest {
 		if unmet[ref.Host] == nil {
@@ -258,7 +276,7 @@ func readTail(ctx context.Context, tail LogTail, newest map[ports.QueueRef][]dom
 			}
 		}
 		queueFirst := !pastFloor && unmet[string(host)][string(queue)]
-		if queueFirst || mentionsAny(raw, sought) {
+		if queueFirst || names(raw, host, queue, sought) {
 			if l, err := tasklog.ParseLine(raw); err == nil {
 				k := ports.Key{Host: l.Host, Queue: l.Queue, ID: l.ID}
 				line := seenLine{at: domain.Millis(l.At), event: l.Event, status: l.Status, attempts: l.Attempts, worker: l.Worker}
@@ -320,15 +338,19 @@ func stringField(raw []byte, key string) ([]byte, bool) {
 	return v[:j], true
 }
 
-// mentionsAny reports whether raw names one of the tasks' ids; a cheap test
-// before a line is parsed.
-func mentionsAny(raw []byte, tasks map[ports.Key]int64) bool {
-	for k := range tasks {
-		if bytes.Contains(raw, []byte(k.ID)) {
-			return true
-		}
+// names reports whether raw, a line of host and queue, is of one of the
+// tasks: a cheap test before a line is parsed. Like peek it relies on the
+// key "id" not appearing inside a string value.
+func names(raw, host, queue []byte, tasks map[ports.Key]int64) bool {
+	if len(tasks) == 0 {
+		return false
 	}
-	return false
+	id, ok := stringField(raw, `"id":"`)
+	if !ok {
+		return false
+	}
+	_, ok = tasks[ports.Key{Host: string(host), Queue: string(queue), ID: string(id)}]
+	return ok
 }
 
 // agrees reports whether line, t's newest line, is the line of t's last

@@ -188,6 +188,23 @@ func (w *world) cut() string {
 	return string(b[i:])
 }
 
+// appendLine puts a whole line back at the end of the newest day file.
+func (w *world) appendLine(line string) {
+	w.t.Helper()
+	files, err := filepath.Glob(filepath.Join(w.dir, "tasks", "*.jsonl"))
+	if err != nil || len(files) == 0 {
+		w.t.Fatalf("no day file (%v)", err)
+	}
+	f, err := os.OpenFile(files[len(files)-1], os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(line); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
 func parse(t *testing.T, line string) tasklog.Line {
 	t.Helper()
 	l, err := tasklog.ParseLine([]byte(strings.TrimSuffix(line, "\n")))
@@ -446,6 +463,43 @@ func TestRepairTies(t *testing.T) {
 	w.cut()
 	if evs := w.repair(); len(evs) != 1 || evs[0].Kind != domain.EventResult || evs[0].Worker != "w1" {
 		t.Fatalf("repair appended %v, want w1's result", evs)
+	}
+}
+
+// TestRepairManyCutChanges: task files are written side by side, so a crash
+// can cut the lines of several changes of a queue, one per task (a task's
+// next change waits for its last one's line), seconds apart and with lines
+// of other tasks after them. Each is appended, oldest first.
+func TestRepairManyCutChanges(t *testing.T) {
+	w := newWorld(t, domain.DefaultSettings())
+	for range 4 {
+		w.post()
+		w.step()
+	}
+	first := w.claim("w1").ID
+	for _, worker := range []string{"w2", "w3", "w4"} {
+		w.step()
+		w.claim(worker)
+	}
+	w.result(first, "w1")
+	lines := w.lines()
+	tail := lines[len(lines)-5:] // claims 1 to 4, then the result
+	for range 5 {
+		w.cut()
+	}
+	// The crash took the second and third claims and the result; the
+	// first and fourth claims' lines made it.
+	w.appendLine(tail[0])
+	w.appendLine(tail[3])
+
+	evs := w.repair()
+	if len(evs) != 3 {
+		t.Fatalf("repair appended %v, want two claims and a result", kinds(evs))
+	}
+	want := []string{tail[1], tail[2], tail[4]}
+	all := w.lines()
+	if diff := cmp.Diff(want, all[len(all)-3:]); diff != "" {
+		t.Errorf("repaired lines (-want +got):\n%s", diff)
 	}
 }
 
