@@ -38,6 +38,10 @@ type files struct {
 	// again. Each queue is added once and then only read.
 	ready  sync.Map
 	closed atomic.Bool // the folder lock is released: write nothing more
+	// spares holds each queue's spare files (*spares by ports.QueueRef,
+	// spares.go); spareSeq names them.
+	spares   sync.Map
+	spareSeq atomic.Uint64
 }
 
 var _ memstore.Persister = (*files)(nil)
@@ -53,17 +57,17 @@ func (f *files) path(t domain.Task) string {
 }
 
 // Put writes t's file. A move between states writes the destination and then
-// unlinks the source: a crash in between leaves two copies, and the start-up
-// scan keeps the one in the later state.
+// retires the source (spares.go): a crash in between leaves two copies, and
+// the start-up scan keeps the one in the later state.
 func (f *files) Put(old *domain.Task, t domain.Task, data []byte) error {
 	if err := f.usable(); err != nil {
 		return err
 	}
-	if err := f.write(t, data); err != nil {
+	if err := f.write(t, data, old == nil || old.Status.Dir() != t.Status.Dir()); err != nil {
 		return err
 	}
 	if old != nil && old.Status.Dir() != t.Status.Dir() {
-		if err := unlink(f.path(*old)); err != nil {
+		if err := f.retire(ports.KeyOf(t).Ref(), f.path(*old)); err != nil {
 			// Undo the write, so the disc keeps agreeing with the index.
 			_ = os.Remove(f.path(t))
 			return err
@@ -72,12 +76,12 @@ func (f *files) Put(old *domain.Task, t domain.Task, data []byte) error {
 	return nil
 }
 
-// Remove deletes t's file.
+// Remove deletes t's file (retires it, spares.go).
 func (f *files) Remove(t domain.Task) error {
 	if err := f.usable(); err != nil {
 		return err
 	}
-	return unlink(f.path(t))
+	return f.retire(ports.KeyOf(t).Ref(), f.path(t))
 }
 
 // usable refuses writes once Close has let another process have the folder.
@@ -103,15 +107,22 @@ func (f *files) ensureDirs(ref ports.QueueRef) error {
 	return nil
 }
 
-// write stores data as the file t's status names: a temp file in the same
-// directory, then a rename over the destination, so a reader (or a restart)
-// sees the old record or the new one and never half of one. It does not
-// fsync; Syncer does, for many writes at once.
-func (f *files) write(t domain.Task, data []byte) error {
-	if err := f.ensureDirs(ports.KeyOf(t).Ref()); err != nil {
+// write stores data as the file t's status names: a temp file, then a
+// rename to the destination, so a reader (or a restart) sees the old record
+// or the new one and never half of one. fresh says the destination does not
+// exist (a new task, or a move): then a spare of the queue serves as the
+// temp file. A rewrite in place uses a new temp file, renamed over the old
+// one, which ext4 makes safe against a crash before the data is flushed.
+// It does not fsync; Syncer does, for many writes at once.
+func (f *files) write(t domain.Task, data []byte, fresh bool) error {
+	ref := ports.KeyOf(t).Ref()
+	if err := f.ensureDirs(ref); err != nil {
 		return err
 	}
 	dst := f.path(t)
+	if fresh && f.writeSpare(ref, dst, data) {
+		return nil
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+fileName(t.ID)+".tmp-*")
 	if err != nil {
 		return unavailable("create temp file", err)

@@ -113,6 +113,10 @@ func (s *Store) scan() ([][]*stateDir, error) {
 }
 
 func (s *Store) scanQueue(ref ports.QueueRef, stages [][]*stateDir) error {
+	// Spares a crash left behind (spares.go) hold nothing of value.
+	if err := os.RemoveAll(filepath.Join(s.files.queuePath(ref), spareDir)); err != nil {
+		s.log.Error("cannot remove leftover spare files", zap.String("host", ref.Host), zap.String("queue", ref.Queue), zap.Error(err))
+	}
 	ready := true
 	for i, d := range domain.Dirs {
 		sd := &stateDir{ref: ref, dir: d, path: filepath.Join(s.files.queuePath(ref), d), fd: -1}

@@ -82,6 +82,7 @@ func (s *Store) Close() error {
 	if s.files.closed.Swap(true) {
 		return nil
 	}
+	s.files.dropSpares()
 	// Closing the file drops the flock.
 	if err := s.lock.Close(); err != nil {
 		return fmt.Errorf("release items folder lock: %w", err)

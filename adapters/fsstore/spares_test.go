@@ -1,0 +1,109 @@
+package fsstore_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/taskhoster/taskhoster/adapters/fsstore"
+	"github.com/taskhoster/taskhoster/domain"
+)
+
+func inode(tb testing.TB, path string) uint64 {
+	tb.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino
+}
+
+// A task file that leaves its directory becomes the next new file of the
+// queue: no inode is created or freed for it, and the file written into it
+// holds exactly the new record, however long the old one was.
+func TestSparesAreReused(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir)
+	ctx := context.Background()
+	pendingFile := func(id string) string { return filepath.Join(dir, host, queue, "pending", id+".json") }
+
+	long, _ := domain.Post(taskID(1), host, queue, json.RawMessage(`{"note":"a long item, longer than the next task's record by far, so that a short write over it would leave a tail behind"}`), "alice", epoch)
+	if err := s.Create(ctx, long, nil); err != nil {
+		t.Fatal(err)
+	}
+	was := inode(t, pendingFile(taskID(1)))
+	mustUpdate(t, s, keyOf(taskID(1)), claimBy("box-1", epoch)) // pending file retired
+
+	short, _ := domain.Post(taskID(2), host, queue, json.RawMessage(`{}`), "", epoch)
+	if err := s.Create(ctx, short, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := inode(t, pendingFile(taskID(2))); got != was {
+		t.Errorf("the new task's file is inode %d, want the retired file's %d", got, was)
+	}
+	data, err := os.ReadFile(pendingFile(taskID(2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := domain.EncodeTask(short); string(data) != string(want) {
+		t.Errorf("reused file holds\n%s\nwant\n%s", data, want)
+	}
+
+	// A clean stop leaves no spares; the next start reads the tasks back.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, host, queue, ".spare")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("spares left after a clean stop: %v", err)
+	}
+	again := mustOpen(t, dir)
+	if got, err := again.Get(ctx, keyOf(taskID(2))); err != nil || got.Status != domain.Pending {
+		t.Errorf("after restart task 2 = %+v, %v", got, err)
+	}
+}
+
+// Spares a crash left behind are removed at start-up, and a queue keeps no
+// more than a bounded number of them.
+func TestSparesAreBounded(t *testing.T) {
+	dir := t.TempDir()
+	spares := filepath.Join(dir, host, queue, ".spare")
+	if err := os.MkdirAll(spares, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(spares, "7"), []byte(`{"id":"left by a crash"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := fsstore.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := os.Stat(filepath.Join(spares, "7")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a spare left by a crash survived start-up: %v", err)
+	}
+	ctx := context.Background()
+	const tasks = 400
+	for n := range tasks {
+		posted, _ := domain.Post(taskID(n), host, queue, json.RawMessage(`{}`), "", epoch)
+		if err := s.Create(ctx, posted, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n := range tasks {
+		if err := s.Delete(ctx, keyOf(taskID(n)), nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left, err := os.ReadDir(spares)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) == 0 || len(left) >= tasks {
+		t.Errorf("%d spares kept after deleting %d tasks, want some but a bounded number", len(left), tasks)
+	}
+}
