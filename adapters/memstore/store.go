@@ -200,27 +200,33 @@ func (s *Store) ClaimNext(ctx context.Context, ref ports.QueueRef, m ports.Match
 }
 
 // apply is the read-modify-write of Update and ClaimNext; q.mu is held and
-// cur has no change in flight. The change is persisted before the index
-// takes it, so a failed write leaves both as they were.
+// cur has no change in flight. Only fn runs under the lock: the change is
+// checked, encoded and persisted without it, and indexed once it is stored,
+// so a failed write leaves the index and the files as they were.
 func (s *Store) apply(q *queue, cur *entry, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
 	old, next := q.task(cur), q.task(cur) // fn may scribble on next's pointers
 	if err := fn(&next); err != nil {
 		return old, err
-	}
-	stored, data, err := checkUpdate(old, next)
-	if err != nil {
-		return domain.Task{}, err
-	}
-	e, err := newEntry(stored)
-	if err != nil {
-		return domain.Task{}, domain.E(domain.KindInternal, "invalid_task", "%v", err)
 	}
 	done := q.reserve(cur.id)
 	defer q.release(cur.id, done)
 	// No claim may take a pending task while it changes: it leaves the
 	// pending tree until the change is stored, and comes back if it fails.
 	q.hide(cur)
-	if err := q.unlocked(func() error { return s.persist.Put(&old, stored, data) }); err != nil {
+	var stored domain.Task
+	var e *entry
+	err := q.unlocked(func() error {
+		var data []byte
+		var err error
+		if stored, data, err = checkUpdate(old, next); err != nil {
+			return err
+		}
+		if e, err = newEntry(stored); err != nil {
+			return domain.E(domain.KindInternal, "invalid_task", "%v", err)
+		}
+		return s.persist.Put(&old, stored, data)
+	})
+	if err != nil {
 		q.unhide(cur)
 		return domain.Task{}, err
 	}
