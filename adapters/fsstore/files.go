@@ -132,7 +132,7 @@ func (f *files) write(t domain.Task, data []byte, fresh bool) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp.Name(), dst)
+		err = rename(tmp.Name(), dst)
 	}
 	if err != nil {
 		_ = os.Remove(tmp.Name()) // best effort: the start-up scan removes it otherwise

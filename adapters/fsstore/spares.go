@@ -79,11 +79,11 @@ func (f *files) retire(ref ports.QueueRef, path string) error {
 		return unlink(path)
 	}
 	spare := f.sparePath(ref, f.spareSeq.Add(1))
-	err := os.Rename(path, spare)
+	err := rename(path, spare)
 	if errors.Is(err, fs.ErrNotExist) {
 		// The first spare of the queue since start-up: make its folder.
 		if err = os.Mkdir(filepath.Dir(spare), dirMode); err == nil || errors.Is(err, fs.ErrExist) {
-			err = os.Rename(path, spare)
+			err = rename(path, spare)
 		}
 	}
 	if err != nil {
@@ -104,7 +104,7 @@ func (f *files) writeSpare(ref ports.QueueRef, dst string, data []byte) bool {
 	}
 	err := overwrite(spare, data)
 	if err == nil {
-		err = os.Rename(spare, dst)
+		err = rename(spare, dst)
 	}
 	if err != nil {
 		// The spare goes; a fresh temp file may still work, and if the
@@ -147,4 +147,20 @@ func (f *files) dropSpares() {
 		_ = os.RemoveAll(filepath.Join(f.queuePath(k.(ports.QueueRef)), spareDir))
 		return true
 	})
+}
+
+// rename is os.Rename without its lstat of the destination (which Go makes
+// to refuse renaming over a directory): one system call fewer on every
+// write, and the store never renames onto a directory's name anyway.
+func rename(from, to string) error {
+	for {
+		err := syscall.Rename(from, to)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return &os.LinkError{Op: "rename", Old: from, New: to, Err: err}
+		}
+		return nil
+	}
 }
