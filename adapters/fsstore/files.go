@@ -5,9 +5,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/taskhoster/taskhoster/adapters/memstore"
 	"github.com/taskhoster/taskhoster/domain"
@@ -42,6 +44,7 @@ type files struct {
 	// spares.go); spareSeq names them.
 	spares   sync.Map
 	spareSeq atomic.Uint64
+	tempSeq  atomic.Uint64 // names temp files
 }
 
 var _ memstore.Persister = (*files)(nil)
@@ -123,20 +126,53 @@ func (f *files) write(t domain.Task, data []byte, fresh bool) error {
 	if fresh && f.writeSpare(ref, dst, data) {
 		return nil
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+fileName(t.ID)+".tmp-*")
+	tmp, err := f.createTemp(filepath.Dir(dst), t.ID, data)
 	if err != nil {
 		return unavailable("create temp file", err)
 	}
-	_, err = tmp.Write(data)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = rename(tmp.Name(), dst)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name()) // best effort: the start-up scan removes it otherwise
+	if err := rename(tmp, dst); err != nil {
+		_ = os.Remove(tmp) // best effort: the start-up scan removes it otherwise
 		return unavailable("write task "+t.ID, err)
+	}
+	return nil
+}
+
+// createTemp writes data to a new temp file for task id in dir and returns
+// its path. Raw system calls: os.CreateTemp would also try to register the
+// file with the runtime's poller, five calls more for a regular file.
+func (f *files) createTemp(dir, id string, data []byte) (string, error) {
+	for {
+		path := filepath.Join(dir, "."+fileName(id)+".tmp-"+strconv.FormatUint(f.tempSeq.Add(1), 36))
+		fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC, 0o600)
+		if err == syscall.EEXIST || err == syscall.EINTR {
+			continue // left by an earlier process, which the start-up scan missed
+		}
+		if err != nil {
+			return "", &os.PathError{Op: "create", Path: path, Err: err}
+		}
+		err = writeAll(fd, data)
+		if cerr := syscall.Close(fd); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			_ = os.Remove(path)
+			return "", &os.PathError{Op: "write", Path: path, Err: err}
+		}
+		return path, nil
+	}
+}
+
+// writeAll writes data to fd from its start.
+func writeAll(fd int, data []byte) error {
+	for off := 0; off < len(data); {
+		n, err := syscall.Pwrite(fd, data[off:], int64(off))
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		off += n
 	}
 	return nil
 }

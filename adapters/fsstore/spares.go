@@ -123,10 +123,7 @@ func overwrite(path string, data []byte) error {
 	if err != nil {
 		return err
 	}
-	n, err := syscall.Pwrite(fd, data, 0)
-	if err == nil && n != len(data) {
-		err = fmt.Errorf("short write to %s: %d of %d bytes", path, n, len(data))
-	}
+	err = writeAll(fd, data)
 	if err == nil {
 		err = syscall.Ftruncate(fd, int64(len(data)))
 	}
