@@ -194,6 +194,66 @@ func TestSweepTimesOutBeforeRequeue(t *testing.T) {
 	}
 }
 
+// eachCounter counts the done tasks Each shows the sweep.
+type eachCounter struct {
+	ports.TaskRepository
+	done int
+}
+
+func (c *eachCounter) Each(ctx context.Context, q ports.QueueRef, dir string, fn func(domain.Task) bool) error {
+	return c.TaskRepository.Each(ctx, q, dir, func(t domain.Task) bool {
+		if dir == "done" {
+			c.done++
+		}
+		return fn(t)
+	})
+}
+
+// The retention pass stops at the first done task posted too recently to
+// be due: a sweep costs what it cleans, not how many tasks are retained.
+func TestSweepStopsAtTheFirstTaskTooYoungToClean(t *testing.T) {
+	s := domain.DefaultSettings()
+	s.RetainSeconds = 60
+	f := newFixture(t, s)
+	repo := &eachCounter{TaskRepository: f.repo}
+	f.svc = app.New(app.Deps{
+		Repo: repo, Syncer: f.sync, Log: f.log, Notifier: notify.NewHub(),
+		Clock: f.clock, Compiler: schema.Compiler{},
+	})
+	ctx := context.Background()
+	finish := func(n int) []string {
+		var ids []string
+		for range n {
+			task := f.post(t, `{"url":"a"}`)
+			f.claim(t, "w")
+			if out, err := f.svc.Result(ctx, f.q, task.ID, "w", []byte(`1`)); err != nil || !out.Accepted {
+				t.Fatal(out, err)
+			}
+			ids = append(ids, task.ID)
+		}
+		return ids
+	}
+	old := finish(3)
+	f.clock.Advance(61 * time.Second)
+	young := finish(200)
+	f.clock.Advance(30 * time.Second)
+
+	if err := f.svc.Sweep(ctx, []*ports.Queue{f.q}); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range old {
+		if _, err := f.svc.Get(ctx, f.q, id); !errors.Is(err, domain.ErrNotFound) {
+			t.Errorf("task %s, due for cleaning, is still there (%v)", id, err)
+		}
+	}
+	if got := f.repo.Counts(f.q.Ref()).Done; got != len(young) {
+		t.Errorf("%d done tasks kept, want the %d young ones", got, len(young))
+	}
+	if repo.done > len(old)+1 {
+		t.Errorf("the sweep looked at %d done tasks to clean %d", repo.done, len(old))
+	}
+}
+
 func TestRetentionFromFetchedNeverStartsUnread(t *testing.T) {
 	s := domain.DefaultSettings()
 	s.RetainFrom, s.RetainSeconds = domain.RetainFromFetched, 5

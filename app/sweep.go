@@ -59,6 +59,9 @@ func (s *Service) sweepQueue(ctx context.Context, q *ports.Queue) error {
 		return err
 	}
 	err = s.repo.Each(ctx, ref, "done", func(t domain.Task) bool {
+		if domain.TooYoungToClean(t.PostedAt, q.Settings, now) {
+			return false // and so is every task posted after it
+		}
 		if domain.DueAt(t, q.Settings, now) == domain.DueClean {
 			clean = append(clean, t.ID)
 		}

@@ -177,6 +177,17 @@ func DueAt(t Task, s Settings, now time.Time) Due {
 	return DueNothing
 }
 
+// TooYoungToClean reports whether a task posted at postedAt (milliseconds)
+// cannot be due for retention at now, whatever became of it: retention
+// starts at its finish or its fetch, neither of which comes before its post,
+// so a task posted retainSeconds ago or less is not due yet. Nor is any
+// task posted after it: the sweep walks done tasks oldest-posted first and
+// stops at the first one this is true of, so it costs what it cleans (and
+// the tasks finished late), not the number of tasks retained.
+func TooYoungToClean(postedAt int64, s Settings, now time.Time) bool {
+	return Millis(now)-postedAt <= s.RetainSeconds*1000
+}
+
 // RetentionStart is when t's retention countdown began, or nil if it has not.
 func RetentionStart(t Task, s Settings) *int64 {
 	if !t.Status.Terminal() {

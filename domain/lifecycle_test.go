@@ -444,10 +444,28 @@ func TestDueAt(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := DueAt(tc.task(t), tc.settings, tc.now); got != tc.want {
+			task := tc.task(t)
+			got := DueAt(task, tc.settings, tc.now)
+			if got != tc.want {
 				t.Errorf("DueAt = %v, want %v", got, tc.want)
 			}
+			// The sweep stops at the first task TooYoungToClean: it must
+			// never say so of a task that is due.
+			if got == DueClean && TooYoungToClean(task.PostedAt, tc.settings, tc.now) {
+				t.Error("TooYoungToClean holds of a task due for cleaning")
+			}
 		})
+	}
+}
+
+func TestTooYoungToClean(t *testing.T) {
+	s := testSettings() // retainSeconds: an hour
+	posted := Millis(at(0))
+	if !TooYoungToClean(posted, s, at(time.Hour)) {
+		t.Error("a task posted exactly retainSeconds ago can be due")
+	}
+	if TooYoungToClean(posted, s, at(time.Hour+time.Millisecond)) {
+		t.Error("a task posted retainSeconds and 1 ms ago is called too young")
 	}
 }
 
