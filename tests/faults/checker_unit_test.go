@@ -131,7 +131,7 @@ func TestCheckerCatches(t *testing.T) {
 			s.events = s.events[:2]
 			s.h.results[0].Outcome = unknown
 		}, func(r *report) int { return r.Disagree }},
-		{"more lines mended than kills", func(s *scenario) {
+		{"two lines of one task mended after one kill", func(s *scenario) {
 			s.mended = []event{{ID: "a", Event: "result"}, {ID: "a", Event: "claimed"}}
 		}, func(r *report) int { return r.Disagree }},
 		{"debris in the store", func(s *scenario) {
