@@ -115,6 +115,13 @@ func (s *Service) RepairLog(ctx context.Context, queues []*ports.Queue, tail Log
 // cutChanges are the lines q's recent changes lack, if any.
 func (s *Service) cutChanges(q *ports.Queue, newest []domain.Task, read *tailRead) []domain.Event {
 	var evs []domain.Event
+	unread := 0 // candidates whose lines lie beyond what the pass may read
+	defer func() {
+		if unread > 0 {
+			s.logger.Warn("event log not repaired: the newest lines of some recently changed tasks are too many to read",
+				zap.String("host", q.Host), zap.String("queue", q.Name), zap.Int("tasks", unread))
+		}
+	}()
 	for _, t := range newest {
 		warn := func(msg string) {
 			s.logger.Warn("event log not repaired: "+msg, zap.String("host", q.Host),
@@ -130,7 +137,7 @@ func (s *Service) cutChanges(q *ports.Queue, newest []domain.Task, read *tailRea
 		case found && agrees(line, t):
 			continue
 		case !found && !read.covered:
-			warn("its newest lines are too many to read")
+			unread++
 			continue
 		}
 		ev, ok := missingEvent(t, line, found)
