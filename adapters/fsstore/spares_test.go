@@ -4,11 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/taskhoster/taskhoster/adapters/fsstore"
 	"github.com/taskhoster/taskhoster/domain"
@@ -105,5 +112,86 @@ func TestSparesAreBounded(t *testing.T) {
 	}
 	if len(left) == 0 || len(left) >= tasks {
 		t.Errorf("%d spares kept after deleting %d tasks, want some but a bounded number", len(left), tasks)
+	}
+}
+
+// Many goroutines post, claim, report, finish, re-queue and clean the tasks
+// of one queue at once, so that file writes of different tasks overlap and
+// spares pass from task to task. Afterwards every task's file holds exactly
+// its indexed record, in the directory its status names, nothing else is in
+// the state directories, and a restart reads the same index back.
+func TestChurnLeavesDiscAndIndexAgreeing(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir)
+	ctx := context.Background()
+	const goroutines, rounds, tasks = 8, 150, 40
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			for i := range rounds {
+				n := rng.IntN(tasks)
+				now := epoch.Add(time.Duration(i) * time.Millisecond)
+				k := keyOf(taskID(n))
+				switch rng.IntN(6) {
+				case 0:
+					posted, _ := domain.Post(taskID(n), host, queue, json.RawMessage(fmt.Sprintf(`{"n":%d,"pad":%q}`, n, strings.Repeat("x", rng.IntN(300)))), "alice", now)
+					_ = s.Create(ctx, posted, nil) // ErrExists when it lives
+				case 1:
+					_, _ = s.ClaimNext(ctx, ref, nil, claimBy(fmt.Sprintf("box-%d", g), now), nil)
+				case 2:
+					_, _ = s.Update(ctx, k, step(func(t domain.Task) (domain.Task, domain.Event, error) {
+						worker := ""
+						if t.Lease != nil {
+							worker = t.Lease.Worker
+						}
+						return t.ReportProgress(worker, json.RawMessage(`{"pct":50}`), time.Minute, now)
+					}), nil)
+				case 3:
+					_, _ = s.Update(ctx, k, finishWith(`{"ok":true}`, now), nil)
+				case 4:
+					_, _ = s.Update(ctx, k, step(func(t domain.Task) (domain.Task, domain.Event, error) {
+						return t.Requeue(domain.CauseLease, now)
+					}), nil)
+				case 5:
+					_ = s.Delete(ctx, k, func(t domain.Task) error {
+						if !t.Status.Terminal() {
+							return errors.New("not done")
+						}
+						return nil
+					}, nil)
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	want := map[string]string{}
+	index := map[string]domain.Task{}
+	for _, d := range domain.Dirs {
+		if err := s.Each(ctx, ref, d, func(t domain.Task) bool {
+			want[host+"/"+queue+"/"+d+"/"+t.ID+".json"] = string(domain.EncodeTask(t))
+			index[t.ID] = t
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(index) == 0 {
+		t.Fatal("the churn left no task at all; it tests nothing")
+	}
+	assertFiles(t, dir, want)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again := mustOpen(t, dir)
+	for id, before := range index {
+		got, err := again.Get(ctx, keyOf(id))
+		if err != nil || !cmp.Equal(before, got) {
+			t.Errorf("task %s after restart: %v %s", id, err, cmp.Diff(before, got))
+		}
+	}
+	if c := again.Counts(ref); c.Pending+c.Processing+c.Done != len(index) {
+		t.Errorf("restart indexed %+v, want %d tasks", c, len(index))
 	}
 }
