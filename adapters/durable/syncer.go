@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -35,6 +36,8 @@ type Syncer struct {
 	// serves a batch before the batch is durable (see New).
 	trailing int
 
+	observe func(Flush) // told of every flush; nil: nobody is
+
 	mu      sync.Mutex
 	running bool   // a flush loop is going
 	next    *batch // callers waiting for a flush that has not started yet
@@ -44,10 +47,24 @@ type Syncer struct {
 
 // batch is the callers served by one flush.
 type batch struct {
-	done   chan struct{} // closed once the batch is durable
-	err    error
-	passes int // trailing flushes finished since the one that served it
+	done    chan struct{} // closed once the batch is durable
+	err     error
+	passes  int // trailing flushes finished since the one that served it
+	callers int
 }
+
+// Flush is what one flush did, for metrics: how long it took, how many
+// callers it served first (0 for a trailing flush that served nobody new)
+// and whether it failed.
+type Flush struct {
+	Duration time.Duration
+	Callers  int
+	Err      error
+}
+
+// Observe has fn told of every flush, from the flushing goroutine; set it
+// before the first Sync.
+func (s *Syncer) Observe(fn func(Flush)) { s.observe = fn }
 
 // New returns a Syncer for the filesystems holding dirs (which must exist).
 // Dirs on the same filesystem are flushed once.
@@ -162,6 +179,7 @@ func (s *Syncer) Sync(ctx context.Context) error {
 		s.next = &batch{done: make(chan struct{})}
 	}
 	b := s.next
+	b.callers++
 	if !s.running {
 		s.running = true
 		s.loop.Go(s.run)
@@ -188,7 +206,15 @@ func (s *Syncer) run() {
 		s.next = nil
 		s.mu.Unlock()
 
+		start := time.Now()
 		err := s.flush()
+		if s.observe != nil {
+			f := Flush{Duration: time.Since(start), Err: err}
+			if b != nil {
+				f.Callers = b.callers // complete: b left s.next under the lock
+			}
+			s.observe(f)
+		}
 		for _, w := range served {
 			w.fail(err)
 			w.passes++

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -70,6 +71,8 @@ func TestCallerArrivingMidFlushWaitsForTheNext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGatedFlush()
 		s := durable.NewFunc(g.flush, 0)
+		var served []int // callers of each flush, as the observer hears them
+		s.Observe(func(f durable.Flush) { served = append(served, f.Callers) })
 		ctx := context.Background()
 
 		first := goSync(ctx, s)
@@ -105,6 +108,8 @@ func TestConcurrentCallersShareOneFlush(t *testing.T) {
 		const callers = 50
 		g := newGatedFlush()
 		s := durable.NewFunc(g.flush, 0)
+		var served []int // callers of each flush, as the observer hears them
+		s.Observe(func(f durable.Flush) { served = append(served, f.Callers) })
 		ctx := context.Background()
 
 		first := goSync(ctx, s)
@@ -138,6 +143,9 @@ func TestConcurrentCallersShareOneFlush(t *testing.T) {
 		synctest.Wait()
 		if err := assertReturned(t, "later caller", later); err != nil {
 			t.Fatal(err)
+		}
+		if want := []int{1, callers, 1}; !slices.Equal(served, want) {
+			t.Errorf("observed flushes served %v callers, want %v", served, want)
 		}
 	})
 }

@@ -28,6 +28,9 @@ type Metrics struct {
 	timeouts *prometheus.CounterVec
 	events   *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	flushes  prometheus.Histogram
+	batches  prometheus.Histogram
+	failed   prometheus.Counter
 }
 
 // Depths reports queue depths; the repository and the config together do.
@@ -65,8 +68,22 @@ func New(depths Depths) *Metrics {
 			Help:    "HTTP request latency by route, method and status.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 5, 30, 60},
 		}, []string{"route", "method", "code"}),
+		flushes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "taskhoster_flush_duration_seconds",
+			Help:    "How long each group-commit flush (syncfs) took.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
+		}),
+		batches: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "taskhoster_flush_callers",
+			Help:    "Writes made durable together by each flush (0: a trailing flush).",
+			Buckets: []float64{0, 1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}),
+		failed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "taskhoster_flush_failures_total", Help: "Flushes that failed (the disc refused them).",
+		}),
 	}
 	reg.MustRegister(m.posts, m.claims, m.results, m.requeues, m.timeouts, m.events, m.latency,
+		m.flushes, m.batches, m.failed,
 		newDepthCollector(depths),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -87,6 +104,16 @@ func (m *Metrics) Observe(ev domain.Event) {
 		m.requeues.WithLabelValues(host, queue, ev.Cause).Inc()
 	case domain.EventTimeout:
 		m.timeouts.WithLabelValues(host, queue).Inc()
+	}
+}
+
+// Flushed records one group-commit flush: how long it took, how many
+// writes it made durable together, whether it failed.
+func (m *Metrics) Flushed(d time.Duration, callers int, err error) {
+	m.flushes.Observe(d.Seconds())
+	m.batches.Observe(float64(callers))
+	if err != nil {
+		m.failed.Inc()
 	}
 }
 

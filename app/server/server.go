@@ -145,7 +145,7 @@ var StoreModule = fx.Module("fsstore",
 // SyncModule provides group commit over the items and logs filesystems, or
 // nothing at all under --sync none.
 var SyncModule = fx.Module("durable",
-	fx.Provide(func(lc fx.Lifecycle, cfg Config, logger *zap.Logger) (ports.Syncer, error) {
+	fx.Provide(func(lc fx.Lifecycle, cfg Config, m *metrics.Metrics, logger *zap.Logger) (ports.Syncer, error) {
 		if cfg.Sync == "none" {
 			return durable.None{}, nil
 		}
@@ -156,6 +156,7 @@ var SyncModule = fx.Module("durable",
 		if err != nil {
 			return nil, err
 		}
+		s.Observe(func(f durable.Flush) { m.Flushed(f.Duration, f.Callers, f.Err) })
 		logger.Info("group commit with syncfs", zap.Int("trailingFlushes", s.Trailing()))
 		lc.Append(fx.StopHook(s.Close))
 		return s, nil

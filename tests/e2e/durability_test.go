@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -326,6 +327,13 @@ func TestAdminAndShutdown(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
+	// Under --sync always the post and the accepted result were flushed.
+	if n := metricValue(body, "taskhoster_flush_duration_seconds_count"); n < 1 {
+		t.Errorf("flushes counted: %v, want at least one", n)
+	}
+	if n := metricValue(body, "taskhoster_flush_callers_sum"); n < 2 {
+		t.Errorf("writes the flushes served: %v, want at least the post and the result", n)
+	}
 	if code, _ := get("/healthz"); code != 200 {
 		t.Errorf("healthz %d", code)
 	}
@@ -342,4 +350,18 @@ func readAll(t *testing.T, resp *http.Response) string {
 		t.Fatal(err)
 	}
 	return string(data)
+}
+
+// metricValue is the value of the metric line named name (without labels)
+// in a Prometheus text exposition, or -1 if there is none.
+func metricValue(body, name string) float64 {
+	for line := range strings.SplitSeq(body, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err == nil {
+				return f
+			}
+		}
+	}
+	return -1
 }
