@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -685,6 +686,11 @@ func testThenOrder(t *testing.T, r ports.TaskRepository) {
 		wg    sync.WaitGroup
 	)
 	then := func(t domain.Task) error {
+		// Yield first, widening the window in which a Then running out of
+		// turn would let the task's next change be heard before this one.
+		for range 10 {
+			runtime.Gosched()
+		}
 		mu.Lock()
 		heard = append(heard, t)
 		mu.Unlock()
