@@ -65,34 +65,30 @@ func (s *Service) Await(ctx context.Context, q *ports.Queue, worker string, m po
 			s.passOn(q, acting) // woken in vain: the next in line may want it
 		}
 		acting = nil
-		if err == nil {
-			if w.Leave() {
-				// Woken while looking: the task taken may be an older one.
-				s.passOn(q, w)
-			}
-			return t, nil
-		}
-		if !errors.Is(err, domain.ErrNotFound) {
-			if w.Leave() {
-				s.passOn(q, w)
-			}
-			return domain.Task{}, err
+		if err == nil || !errors.Is(err, domain.ErrNotFound) {
+			// Woken while looking, w hands its wake on: the task taken (if
+			// any) may be an older one.
+			s.leave(q, w)
+			return t, err
 		}
 		select {
 		case <-w.Woken():
 			w.Leave()
 			acting = w
 		case <-s.draining:
-			if w.Leave() {
-				s.passOn(q, w)
-			}
+			s.leave(q, w)
 			return domain.Task{}, domain.ErrNotFound
 		case <-ctx.Done():
-			if w.Leave() {
-				s.passOn(q, w)
-			}
+			s.leave(q, w)
 			return domain.Task{}, ctx.Err()
 		}
+	}
+}
+
+// leave takes w out of the line without using a wake it may have got.
+func (s *Service) leave(q *ports.Queue, w ports.Waiter) {
+	if w.Leave() {
+		s.passOn(q, w)
 	}
 }
 

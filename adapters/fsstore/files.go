@@ -177,6 +177,22 @@ func writeAll(fd int, data []byte) error {
 	return nil
 }
 
+// rename is os.Rename without its lstat of the destination (which Go makes
+// to refuse renaming over a directory): one system call fewer on every
+// write, and the store never renames onto a directory's name anyway.
+func rename(from, to string) error {
+	for {
+		err := syscall.Rename(from, to)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return &os.LinkError{Op: "rename", Old: from, New: to, Err: err}
+		}
+		return nil
+	}
+}
+
 // unlink removes a task's file. A file already gone is not an error: the
 // index, which only this process changes, is what says a task exists.
 func unlink(path string) error {

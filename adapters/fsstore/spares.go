@@ -145,19 +145,3 @@ func (f *files) dropSpares() {
 		return true
 	})
 }
-
-// rename is os.Rename without its lstat of the destination (which Go makes
-// to refuse renaming over a directory): one system call fewer on every
-// write, and the store never renames onto a directory's name anyway.
-func rename(from, to string) error {
-	for {
-		err := syscall.Rename(from, to)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return &os.LinkError{Op: "rename", Old: from, New: to, Err: err}
-		}
-		return nil
-	}
-}

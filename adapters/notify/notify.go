@@ -1,6 +1,7 @@
-// Package notify is the in-process Notifier: it wakes one claim waiting in
-// line for each task that becomes pending in its queue, and feeds each watcher of a task that task's
-// events. Everything happens in the publisher's call; there is no goroutine.
+// Package notify is the in-process Notifier: for each task that becomes
+// pending it wakes one claim waiting in its queue's line, and it feeds each
+// watcher of a task that task's events. Everything happens in the
+// publisher's call; there is no goroutine.
 package notify
 
 import (
