@@ -31,7 +31,7 @@ var (
 // which per-file fsync could only do with many calls.
 type Syncer struct {
 	flush func() error
-	files []*os.File // one directory per distinct filesystem
+	fsys  *FS // the filesystems New flushes; nil for NewFunc
 	// trailing is how many further flushes must finish after the one that
 	// serves a batch before the batch is durable (see New).
 	trailing int
@@ -69,13 +69,28 @@ func (s *Syncer) Observe(fn func(Flush)) { s.observe = fn }
 // New returns a Syncer for the filesystems holding dirs (which must exist).
 // Dirs on the same filesystem are flushed once.
 func New(dirs ...string) (*Syncer, error) {
+	fsys, err := OpenFS(dirs...)
+	if err != nil {
+		return nil, err
+	}
+	s := NewFunc(fsys.Flush, fsys.trailing)
+	s.fsys = fsys
+	return s, nil
+}
+
+// FS flushes whole filesystems with syncfs(2).
+type FS struct {
+	files    []*os.File // one directory per distinct filesystem
+	trailing int        // see needsTrailingFlush
+}
+
+// OpenFS prepares to flush the filesystems holding dirs (which must exist).
+// Dirs on the same filesystem are flushed once.
+func OpenFS(dirs ...string) (*FS, error) {
 	seen := map[uint64]bool{}
-	var files []*os.File
-	trailing := 0
-	fail := func(err error) (*Syncer, error) {
-		for _, f := range files {
-			_ = f.Close()
-		}
+	fsys := &FS{}
+	fail := func(err error) (*FS, error) {
+		_ = fsys.Close()
 		return nil, err
 	}
 	for _, dir := range dirs {
@@ -93,22 +108,47 @@ func New(dirs ...string) (*Syncer, error) {
 			continue
 		}
 		seen[st.Dev] = true
-		files = append(files, f)
+		fsys.files = append(fsys.files, f)
 		if needsTrailingFlush(f, st.Dev) {
-			trailing = 1
+			fsys.trailing = 1
 		}
 	}
-	s := NewFunc(func() error {
-		var errs []error
-		for _, f := range files {
-			if err := unix.Syncfs(int(f.Fd())); err != nil {
-				errs = append(errs, fmt.Errorf("syncfs %s: %w", f.Name(), err))
-			}
+	return fsys, nil
+}
+
+// Flush syncfs's each filesystem once.
+func (fsys *FS) Flush() error {
+	var errs []error
+	for _, f := range fsys.files {
+		if err := unix.Syncfs(int(f.Fd())); err != nil {
+			errs = append(errs, fmt.Errorf("syncfs %s: %w", f.Name(), err))
 		}
-		return errors.Join(errs...)
-	}, trailing)
-	s.files = files
-	return s, nil
+	}
+	return errors.Join(errs...)
+}
+
+// FlushAll makes every write made before the call durable on its own: it
+// flushes once more where one flush is not enough (see needsTrailingFlush).
+func (fsys *FS) FlushAll() error {
+	for range 1 + fsys.trailing {
+		if err := fsys.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Trailing reports how many flushes after the first a write needs.
+func (fsys *FS) Trailing() int { return fsys.trailing }
+
+// Close releases the directories.
+func (fsys *FS) Close() error {
+	var errs []error
+	for _, f := range fsys.files {
+		errs = append(errs, f.Close())
+	}
+	fsys.files = nil
+	return errors.Join(errs...)
 }
 
 // ext2/3/4 share this statfs magic number.
@@ -251,14 +291,10 @@ func (s *Syncer) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.loop.Wait()
-	var errs []error
-	for _, f := range s.files {
-		if err := f.Close(); err != nil {
-			errs = append(errs, err)
-		}
+	if s.fsys != nil {
+		return s.fsys.Close()
 	}
-	s.files = nil
-	return errors.Join(errs...)
+	return nil
 }
 
 // None is the Syncer of --sync none: writes are left to the kernel's own

@@ -11,8 +11,8 @@ func TestNewDedupesFilesystems(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if len(s.files) != 1 {
-		t.Errorf("kept %d directories for one filesystem, want 1", len(s.files))
+	if len(s.fsys.files) != 1 {
+		t.Errorf("kept %d directories for one filesystem, want 1", len(s.fsys.files))
 	}
 	// /proc is never on the same filesystem as a temp dir.
 	s2, err := New(a, "/proc")
@@ -20,7 +20,7 @@ func TestNewDedupesFilesystems(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s2.Close()
-	if len(s2.files) != 2 {
-		t.Errorf("kept %d directories for two filesystems, want 2", len(s2.files))
+	if len(s2.fsys.files) != 2 {
+		t.Errorf("kept %d directories for two filesystems, want 2", len(s2.fsys.files))
 	}
 }

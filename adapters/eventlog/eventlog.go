@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/taskhoster/taskhoster/adapters/journal"
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
 )
@@ -37,6 +38,13 @@ type Log struct {
 	mu     sync.Mutex
 	files  map[string]*os.File // open day files by day ("2026-07-26")
 	closed bool
+	// opened says a day file was opened since the last Flush, whose name
+	// the tasks folder may not hold durably yet.
+	opened bool
+	// journal, if set (UseJournal), records every line; sizes are the open
+	// day files' sizes, where the next line of each goes.
+	journal *journal.Journal
+	sizes   map[string]int64
 
 	// archiveMu is held for reading while bodies are written to the archive
 	// and for writing while Prune removes a folder of it (see archive).
@@ -103,6 +111,11 @@ func (l *Log) Append(_ context.Context, ev domain.Event, archive bool) error {
 	if err := writeLine(f, b); err != nil {
 		return unavailable(fmt.Errorf("append %s event of %s: %w", ev.Kind, ev.Task.ID, err))
 	}
+	if l.journal != nil {
+		off := l.sizes[day]
+		l.sizes[day] = off + int64(len(b))
+		l.journal.Append(journal.Logs, filepath.Join("tasks", day+".jsonl"), off, b)
+	}
 	if err := l.retire(); err != nil {
 		return unavailable(err)
 	}
@@ -123,7 +136,16 @@ func (l *Log) file(day string) (*os.File, error) {
 		_ = f.Close()
 		return nil, err
 	}
+	if l.journal != nil {
+		fi, err := f.Stat()
+		if err != nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("open day file: %w", err)
+		}
+		l.sizes[day] = fi.Size()
+	}
 	l.files[day] = f
+	l.opened = true
 	return f, nil
 }
 
@@ -188,6 +210,7 @@ func (l *Log) retire() error {
 		oldest := slices.Min(dayKeys(l.files))
 		f := l.files[oldest]
 		delete(l.files, oldest)
+		delete(l.sizes, oldest)
 		if err := errors.Join(fdatasync(f), f.Close()); err != nil {
 			return fmt.Errorf("retire day file %s: %w", oldest, err)
 		}
@@ -221,6 +244,61 @@ func (l *Log) Sync() error {
 	}
 	if err := syncDir(l.dir); err != nil {
 		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return unavailable(err)
+	}
+	return nil
+}
+
+// UseJournal has every line recorded in j (root journal.Logs must be this
+// log's folder), so that a commit of j makes the lines durable. Call it
+// before the first Append.
+func (l *Log) UseJournal(j *journal.Journal) {
+	l.journal = j
+	l.sizes = make(map[string]int64)
+}
+
+// Flush makes every line appended before the call durable, as Sync does,
+// but without holding up Append while it waits for the disc: it is the
+// event log's part of a group commit (app/server's SyncModule). With a
+// journal, the lines are the journal's to flush, and only archived
+// payloads are left.
+func (l *Log) Flush() error {
+	var errs []error
+	if l.archivedSinceSync.Swap(false) {
+		if err := syncFS(l.root); err != nil {
+			l.archivedSinceSync.Store(true)
+			errs = append(errs, err)
+		}
+	}
+	if l.journal != nil {
+		if err := errors.Join(errs...); err != nil {
+			return unavailable(err)
+		}
+		return nil
+	}
+	l.mu.Lock()
+	files := make([]*os.File, 0, len(l.files))
+	for _, f := range l.files {
+		files = append(files, f)
+	}
+	opened := l.opened
+	l.opened = false
+	l.mu.Unlock()
+	for _, f := range files {
+		// A file retired meanwhile was fdatasynced before it was closed.
+		if err := fdatasync(f); err != nil && !errors.Is(err, os.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	if opened {
+		if err := syncDir(l.dir); err != nil {
+			l.mu.Lock()
+			l.opened = true
+			l.mu.Unlock()
+			errs = append(errs, err)
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return unavailable(err)

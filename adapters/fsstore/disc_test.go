@@ -37,13 +37,13 @@ func keyOf(id string) ports.Key { return ports.Key{Host: host, Queue: queue, ID:
 func taskID(n int) string { return fmt.Sprintf("%016x", 0xb0000000+n) }
 
 // filesUnder maps the path (relative to root) of every regular file under
-// root to its content, leaving out the lock file and the queues' spare
-// files (the store's scratch space, see TestSparesAreReused).
+// root to its content, leaving out the lock file, the queues' spare files
+// (the store's scratch space, see TestSparesAreReused) and the journal.
 func filesUnder(tb testing.TB, root string) map[string]string {
 	tb.Helper()
 	got := map[string]string{}
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() && d.Name() == ".spare" {
+		if err == nil && d.IsDir() && (d.Name() == ".spare" || d.Name() == ".journal") {
 			return filepath.SkipDir
 		}
 		if err != nil || d.IsDir() || d.Name() == ".lock" {

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/taskhoster/taskhoster/adapters/journal"
 	"github.com/taskhoster/taskhoster/adapters/memstore"
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
@@ -45,6 +46,8 @@ type files struct {
 	spares   sync.Map
 	spareSeq atomic.Uint64
 	tempSeq  atomic.Uint64 // names temp files
+	// journal, if any, records every write once it is done (journal.go).
+	journal *journal.Journal
 }
 
 var _ memstore.Persister = (*files)(nil)
@@ -56,7 +59,12 @@ func (f *files) queuePath(ref ports.QueueRef) string {
 
 // path is where t lives: the state directory its status names.
 func (f *files) path(t domain.Task) string {
-	return filepath.Join(f.items, t.Host, t.Queue, t.Status.Dir(), fileName(t.ID))
+	return filepath.Join(f.items, f.relPath(t))
+}
+
+// relPath is t's path inside the items folder.
+func (f *files) relPath(t domain.Task) string {
+	return filepath.Join(t.Host, t.Queue, t.Status.Dir(), fileName(t.ID))
 }
 
 // Put writes t's file. A move between states writes the destination and then
@@ -66,14 +74,21 @@ func (f *files) Put(old *domain.Task, t domain.Task, data []byte) error {
 	if err := f.usable(); err != nil {
 		return err
 	}
-	if err := f.write(t, data, old == nil || old.Status.Dir() != t.Status.Dir()); err != nil {
+	moved := old != nil && old.Status.Dir() != t.Status.Dir()
+	if err := f.write(t, data, old == nil || moved); err != nil {
 		return err
 	}
-	if old != nil && old.Status.Dir() != t.Status.Dir() {
+	if moved {
 		if err := f.retire(ports.KeyOf(t).Ref(), f.path(*old)); err != nil {
 			// Undo the write, so the disc keeps agreeing with the index.
 			_ = os.Remove(f.path(t))
 			return err
+		}
+	}
+	if f.journal != nil {
+		f.journal.Put(journal.Items, f.relPath(t), data)
+		if moved {
+			f.journal.Remove(journal.Items, f.relPath(*old))
 		}
 	}
 	return nil
@@ -84,7 +99,13 @@ func (f *files) Remove(t domain.Task) error {
 	if err := f.usable(); err != nil {
 		return err
 	}
-	return f.retire(ports.KeyOf(t).Ref(), f.path(t))
+	if err := f.retire(ports.KeyOf(t).Ref(), f.path(t)); err != nil {
+		return err
+	}
+	if f.journal != nil {
+		f.journal.Remove(journal.Items, f.relPath(t))
+	}
+	return nil
 }
 
 // usable refuses writes once Close has let another process have the folder.

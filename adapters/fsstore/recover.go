@@ -89,7 +89,7 @@ func (s *Store) scan() ([][]*stateDir, error) {
 	}
 	for _, h := range hosts {
 		if !h.IsDir() || !domain.ValidHost(h.Name()) {
-			if h.Name() != ".lock" {
+			if h.Name() != ".lock" && h.Name() != journalDir {
 				s.log.Warn("ignoring entry in items folder", zap.String("name", h.Name()))
 			}
 			continue

@@ -115,20 +115,15 @@ func TestSparesAreBounded(t *testing.T) {
 	}
 }
 
-// Many goroutines post, claim, report, finish, re-queue and clean the tasks
-// of one queue at once, so that file writes of different tasks overlap and
-// spares pass from task to task. Afterwards every task's file holds exactly
-// its indexed record, in the directory its status names, nothing else is in
-// the state directories, and a restart reads the same index back.
-func TestChurnLeavesDiscAndIndexAgreeing(t *testing.T) {
-	dir := t.TempDir()
-	s := mustOpen(t, dir)
+// churn has goroutines post, claim, report, finish, re-queue and clean
+// tasks of one queue at once, rounds changes each, over a set of task ids;
+// seed picks the changes.
+func churn(s *fsstore.Store, seed uint64, goroutines, rounds, tasks int) {
 	ctx := context.Background()
-	const goroutines, rounds, tasks = 8, 150, 40
 	var wg sync.WaitGroup
 	for g := range goroutines {
 		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			rng := rand.New(rand.NewPCG(uint64(g), seed))
 			for i := range rounds {
 				n := rng.IntN(tasks)
 				now := epoch.Add(time.Duration(i) * time.Millisecond)
@@ -165,6 +160,18 @@ func TestChurnLeavesDiscAndIndexAgreeing(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// Many goroutines post, claim, report, finish, re-queue and clean the tasks
+// of one queue at once, so that file writes of different tasks overlap and
+// spares pass from task to task. Afterwards every task's file holds exactly
+// its indexed record, in the directory its status names, nothing else is in
+// the state directories, and a restart reads the same index back.
+func TestChurnLeavesDiscAndIndexAgreeing(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir)
+	ctx := context.Background()
+	churn(s, 7, 8, 150, 40)
 
 	want := map[string]string{}
 	index := map[string]domain.Task{}

@@ -12,6 +12,7 @@
 package fsstore
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -64,9 +65,21 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	}
 	s.lock = lock
 	index := memstore.New(memstore.WithPersister(s.files))
+	if err := s.replayJournal(); err != nil {
+		_ = lock.Close()
+		return nil, fmt.Errorf("open items folder %s: %w", dir, err)
+	}
 	if err := s.load(index); err != nil {
 		_ = lock.Close()
 		return nil, fmt.Errorf("open items folder %s: %w", dir, err)
+	}
+	if j := s.files.journal; j != nil {
+		// What replay and the scan repaired is made durable, and the
+		// journal starts empty.
+		if err := j.Settle(); err != nil {
+			_ = lock.Close()
+			return nil, fmt.Errorf("open items folder %s: %w", dir, err)
+		}
 	}
 	s.TaskRepository = index
 	return s, nil
@@ -83,9 +96,15 @@ func (s *Store) Close() error {
 		return nil
 	}
 	s.files.dropSpares()
+	var errs []error
+	if j := s.files.journal; j != nil {
+		// Every write is made durable now, so the next start has no
+		// journal to replay.
+		errs = append(errs, j.Settle(), j.Close())
+	}
 	// Closing the file drops the flock.
 	if err := s.lock.Close(); err != nil {
-		return fmt.Errorf("release items folder lock: %w", err)
+		errs = append(errs, fmt.Errorf("release items folder lock: %w", err))
 	}
-	return nil
+	return errors.Join(errs...)
 }

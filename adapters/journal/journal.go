@@ -1,0 +1,358 @@
+// Package journal is the write-ahead journal of the task files: under
+// --sync always, every write of a task file is also recorded here, and a
+// write is durable once its record is, so that a group commit costs one
+// fdatasync of a few sequential kilobytes instead of a flush of every task
+// file, directory and inode the batch touched (ARCHITECTURE.md, "Group
+// commit through a journal").
+//
+// The task files are still written first and in full: they are what a
+// reader and a restart see. The journal only matters after a power loss,
+// when a task file whose data never reached the disc is rewritten from its
+// record at start-up (Replay). A checkpoint (a syncfs of the filesystems,
+// run in the background) makes every file written so far durable, after
+// which the records before it are no longer needed.
+//
+// The journal is two files used in turn. Each begins with a lap record
+// naming its lap number; when the one being written reaches its size limit
+// the other is started with the next lap, and a checkpoint begins. The
+// other file is only overwritten once that checkpoint is done, so the two
+// files together always hold every write since the older lap began: Replay
+// applies both laps, older first.
+package journal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Op is what a record does to its path.
+type Op byte
+
+const (
+	opLap    Op = 0 // the first record of a lap; no path
+	OpPut    Op = 1 // the file at Path holds Data
+	OpRemove Op = 2 // there is no file at Path
+	OpAppend Op = 3 // the file at Path holds Data from byte Off
+)
+
+// The roots of a server's journal, in the order Open is given them: the
+// items folder (task files) and the logs folder (event log lines).
+const (
+	Items = 0
+	Logs  = 1
+)
+
+// Record is one write. Path is relative to the folder Root indexes in the
+// roots the journal was opened with.
+type Record struct {
+	Op   Op
+	Root int
+	Path string
+	Off  int64
+	Data []byte
+}
+
+// The record format: a fixed header, then the payload (op, root, offset,
+// path length, path, data). The checksum covers the lap number and the payload, so that
+// a record from an older lap, or one cut short by the crash, ends the lap.
+const (
+	magic      = "THJ1"
+	headerSize = 4 + 8 + 4 + 4          // magic, lap, payload size, crc32c
+	fixedSize  = 1 + 1 + 8 + 2          // op, root, offset, path length
+	lapSize    = headerSize + fixedSize // a lap record: no path, no data
+	maxPath    = 1<<16 - 1
+
+	// A journal file grows by zeroed blocks ahead of its records, so that a
+	// commit only overwrites blocks and its fdatasync has no metadata to
+	// flush. It grows by its own size, from minGrow up to maxGrow at a time:
+	// a small disc is not filled by a journal that a few tasks need.
+	minGrow = 64 << 10
+	maxGrow = 1 << 20
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// DefaultLimit is the size at which a journal file is left for the other
+// and a checkpoint begins: large enough that checkpoints are a few seconds
+// apart at full speed, small enough that a replay after a power loss is
+// quick.
+const DefaultLimit = 32 << 20
+
+var fileNames = [2]string{"journal-a", "journal-b"}
+
+// Journal records writes and makes them durable (Commit). Record may be
+// called from any goroutine; Commit, Reset and Close from one at a time.
+type Journal struct {
+	dir   string
+	roots []string
+	limit int64
+	// checkpoint makes every file written so far durable (syncfs of the
+	// filesystems the journal covers).
+	checkpoint func() error
+
+	mu      sync.Mutex
+	pending []byte // records not yet written
+	spare   []byte // the buffer the last Commit wrote, reused
+
+	files [2]*os.File
+	sizes [2]int64 // their sizes: zeros beyond what was written
+	cur   int      // the file being written
+	lap   uint64   // its lap
+	off   int64    // where its next record goes
+	// ckpt delivers the result of the checkpoint that began when cur was
+	// started; the other file may be reused only after it succeeded.
+	ckpt chan error
+	// uncovered says the other file's lap has no successful checkpoint yet.
+	uncovered bool
+}
+
+// Open opens (creating if needed) the journal in dir, for writes in the
+// folders roots (a Record's Root indexes them). checkpoint must make every
+// file written before the call durable. It does not replay: call Replay,
+// then Reset, before the first record.
+func Open(dir string, limit int64, checkpoint func() error, roots ...string) (*Journal, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("open journal: %w", err)
+	}
+	j := &Journal{dir: dir, roots: roots, limit: limit, checkpoint: checkpoint}
+	for i, name := range fileNames {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			_ = j.Close()
+			return nil, fmt.Errorf("open journal: %w", err)
+		}
+		j.files[i] = f
+		fi, err := f.Stat()
+		if err != nil {
+			_ = j.Close()
+			return nil, fmt.Errorf("open journal: %w", err)
+		}
+		j.sizes[i] = fi.Size()
+	}
+	return j, nil
+}
+
+// Put records that the file at path in roots[root] now holds data. Call it
+// after the write succeeded and before the Sync that acknowledges it.
+func (j *Journal) Put(root int, path string, data []byte) { j.add(OpPut, root, path, 0, data) }
+
+// Remove records that the file at path in roots[root] is gone.
+func (j *Journal) Remove(root int, path string) { j.add(OpRemove, root, path, 0, nil) }
+
+// Append records that the file at path in roots[root] holds data from byte
+// off (a line appended to a log).
+func (j *Journal) Append(root int, path string, off int64, data []byte) {
+	j.add(OpAppend, root, path, off, data)
+}
+
+func (j *Journal) add(op Op, root int, path string, off int64, data []byte) {
+	j.mu.Lock()
+	j.pending = appendRecord(j.pending, Record{Op: op, Root: root, Path: path, Off: off, Data: data})
+	j.mu.Unlock()
+}
+
+// appendRecord encodes r onto b, with lap and checksum left for stamp.
+func appendRecord(b []byte, r Record) []byte {
+	if len(r.Path) > maxPath || r.Root < 0 || r.Root > 255 {
+		panic("journal: bad record") // a caller bug: task paths are short
+	}
+	size := fixedSize + len(r.Path) + len(r.Data)
+	b = append(b, magic...)
+	b = binary.LittleEndian.AppendUint64(b, 0) // the lap, when written
+	b = binary.LittleEndian.AppendUint32(b, uint32(size))
+	b = binary.LittleEndian.AppendUint32(b, 0) // the checksum, when written
+	b = append(b, byte(r.Op), byte(r.Root))
+	b = binary.LittleEndian.AppendUint64(b, uint64(r.Off))
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(r.Path)))
+	b = append(b, r.Path...)
+	return append(b, r.Data...)
+}
+
+// stamp sets the lap of every record in b and computes their checksums.
+func stamp(b []byte, lap uint64) {
+	for len(b) > 0 {
+		size := int(binary.LittleEndian.Uint32(b[12:16]))
+		binary.LittleEndian.PutUint64(b[4:12], lap)
+		binary.LittleEndian.PutUint32(b[16:20], checksum(b[4:12], b[headerSize:headerSize+size]))
+		b = b[headerSize+size:]
+	}
+}
+
+func checksum(lap, payload []byte) uint32 {
+	return crc32.Update(crc32.Checksum(lap, castagnoli), castagnoli, payload)
+}
+
+// Commit makes every record added before the call durable: it writes them
+// at the end of the current file and fdatasyncs it. When the file is full
+// it first moves to the other one and starts a checkpoint.
+func (j *Journal) Commit() error {
+	j.mu.Lock()
+	buf := j.pending
+	j.pending = j.spare[:0]
+	j.mu.Unlock()
+	if len(buf) == 0 {
+		j.spare = buf
+		return nil
+	}
+	if j.off+int64(len(buf)) > j.limit && j.off > lapSize {
+		if err := j.next(); err != nil {
+			j.putBack(buf)
+			return err
+		}
+	}
+	stamp(buf, j.lap)
+	if err := j.write(j.cur, buf, j.off); err != nil {
+		// The records may be half written: they end the lap at replay,
+		// and the next Commit writes them again at the same place.
+		j.putBack(buf)
+		return err
+	}
+	j.off += int64(len(buf))
+	j.spare = buf
+	return nil
+}
+
+// putBack returns records whose write failed to the front of pending.
+func (j *Journal) putBack(buf []byte) {
+	j.mu.Lock()
+	j.pending = append(buf, j.pending...)
+	j.mu.Unlock()
+	j.spare = nil
+}
+
+// next starts the other file with the next lap. The other file still holds
+// the lap before the current one, which may be overwritten only once the
+// checkpoint begun when the current lap started has made its writes
+// durable; and a new checkpoint begins now for the current lap's writes.
+func (j *Journal) next() error {
+	if j.ckpt != nil {
+		err := <-j.ckpt
+		j.ckpt = nil
+		j.uncovered = err != nil
+	}
+	if j.uncovered {
+		// The last checkpoint failed: try again, here and now.
+		if err := j.checkpoint(); err != nil {
+			return fmt.Errorf("journal checkpoint: %w", err)
+		}
+		j.uncovered = false
+	}
+	other := 1 - j.cur
+	lap := j.lap + 1
+	if err := j.startLap(other, lap); err != nil {
+		return err
+	}
+	j.cur, j.lap, j.off = other, lap, lapSize
+	ckpt := make(chan error, 1)
+	j.ckpt = ckpt
+	go func() { ckpt <- j.checkpoint() }()
+	return nil
+}
+
+// startLap writes the lap record at the start of file i and makes it
+// durable, so that a replay no longer reads what followed it before.
+func (j *Journal) startLap(i int, lap uint64) error {
+	rec := appendRecord(nil, Record{Op: opLap})
+	stamp(rec, lap)
+	return j.write(i, rec, 0)
+}
+
+// write puts b at off in file i and fdatasyncs it. Where b would reach past
+// the zeros written so far, the file first grows, with its own fdatasync:
+// so only one commit in many changes the file's size.
+func (j *Journal) write(i int, b []byte, off int64) error {
+	f := j.files[i]
+	if end := off + int64(len(b)); end > j.sizes[i] {
+		size := max(end, j.sizes[i]+min(max(j.sizes[i], minGrow), maxGrow))
+		size = (size + minGrow - 1) / minGrow * minGrow
+		if _, err := f.WriteAt(make([]byte, size-j.sizes[i]), j.sizes[i]); err != nil {
+			return fmt.Errorf("grow journal: %w", err)
+		}
+		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+			return fmt.Errorf("grow journal: %w", err)
+		}
+		j.sizes[i] = size
+	}
+	if _, err := f.WriteAt(b, off); err != nil {
+		return fmt.Errorf("write journal: %w", err)
+	}
+	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		return fmt.Errorf("fdatasync journal: %w", err)
+	}
+	return nil
+}
+
+// Reset forgets every record: call it once the writes they describe are
+// durable (after Replay and a checkpoint at start-up, or after a last
+// checkpoint at a clean stop). It starts a new lap in the first file,
+// numbered two after any lap the files held, and clears the second's lap
+// record; the files keep their size (and their zeroed blocks).
+func (j *Journal) Reset() error {
+	if j.ckpt != nil {
+		<-j.ckpt
+		j.ckpt = nil
+	}
+	laps := j.laps()
+	var newest uint64
+	for _, l := range laps {
+		newest = max(newest, l.lap)
+	}
+	if j.sizes[1] > 0 {
+		if err := j.write(1, make([]byte, lapSize), 0); err != nil {
+			return fmt.Errorf("reset journal: %w", err)
+		}
+	}
+	// Two laps on: a lap left in the other file by an earlier run can never
+	// look like the one before this.
+	j.cur, j.lap, j.off, j.uncovered = 0, newest+2, lapSize, false
+	if err := j.startLap(0, j.lap); err != nil {
+		return err
+	}
+	return syncDir(j.dir)
+}
+
+// Settle makes every write so far durable with a checkpoint, then forgets
+// the records (Reset): at start-up after Replay, and at a clean stop, so
+// that the next start has nothing to replay.
+func (j *Journal) Settle() error {
+	if err := j.checkpoint(); err != nil {
+		return fmt.Errorf("journal checkpoint: %w", err)
+	}
+	return j.Reset()
+}
+
+// Close closes the files; records not committed are lost (they were never
+// acknowledged).
+func (j *Journal) Close() error {
+	if j.ckpt != nil {
+		<-j.ckpt
+		j.ckpt = nil
+	}
+	var errs []error
+	for i, f := range j.files {
+		if f != nil {
+			errs = append(errs, f.Close())
+			j.files[i] = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync journal folder: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync journal folder: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,351 @@
+package journal
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// rig is a journal over two roots in a temp folder, with a checkpoint that
+// counts its calls and can be made to fail.
+type rig struct {
+	t     *testing.T
+	dir   string
+	roots []string
+
+	mu          sync.Mutex // checkpoints run in the background
+	checkpoints int
+	failCkpt    error
+}
+
+func (r *rig) failCheckpoints(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.failCkpt = err
+}
+
+func (r *rig) checkpointCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.checkpoints
+}
+
+func newRig(t *testing.T) *rig {
+	dir := t.TempDir()
+	r := &rig{t: t, dir: dir, roots: []string{filepath.Join(dir, "items"), filepath.Join(dir, "logs")}}
+	for _, root := range r.roots {
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r
+}
+
+// open opens the journal as a start-up does: replay (reported), then Reset.
+func (r *rig) open(limit int64) (*Journal, int, int) {
+	r.t.Helper()
+	j, err := Open(filepath.Join(r.dir, "journal"), limit, func() error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.checkpoints++
+		return r.failCkpt
+	}, r.roots...)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { _ = j.Close() })
+	records, changed, err := j.Replay()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return j, records, changed
+}
+
+func (r *rig) path(root int, rel string) string { return filepath.Join(r.roots[root], rel) }
+
+func (r *rig) write(root int, rel string, data []byte) {
+	r.t.Helper()
+	p := r.path(root, rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *rig) read(root int, rel string) (string, bool) {
+	b, err := os.ReadFile(r.path(root, rel))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", false
+	}
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return string(b), true
+}
+
+func mustCommit(t *testing.T, j *Journal) {
+	t.Helper()
+	if err := j.Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReplayRestoresWhatAPowerLossTook is the journal's purpose: files whose
+// writes were committed but whose data never reached the disc (gone, empty,
+// an older content) are written again at start-up, removals are redone, and
+// log lines come back at their offsets.
+func TestReplayRestoresWhatAPowerLossTook(t *testing.T) {
+	r := newRig(t)
+	j, _, _ := r.open(DefaultLimit)
+	if err := j.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	r.write(Items, "h/q/pending/a.json", []byte(`{"a":1}`))
+	j.Put(Items, "h/q/pending/a.json", []byte(`{"a":1}`))
+	r.write(Items, "h/q/processing/a.json", []byte(`{"a":2}`))
+	j.Put(Items, "h/q/processing/a.json", []byte(`{"a":2}`))
+	_ = os.Remove(r.path(Items, "h/q/pending/a.json"))
+	j.Remove(Items, "h/q/pending/a.json")
+	r.write(Items, "h/q/done/b.json", []byte(`{"b":1}`))
+	j.Put(Items, "h/q/done/b.json", []byte(`{"b":1}`))
+	r.write(Logs, "tasks/day.jsonl", []byte("line1\nline2\n"))
+	j.Append(Logs, "tasks/day.jsonl", 0, []byte("line1\n"))
+	j.Append(Logs, "tasks/day.jsonl", 6, []byte("line2\n"))
+	mustCommit(t, j)
+	_ = j.Close()
+
+	// The power loss: the pending copy is back (its unlink was lost), the
+	// processing file is empty, b holds stale bytes, the log lost a line.
+	r.write(Items, "h/q/pending/a.json", []byte(`{"a":1}`))
+	r.write(Items, "h/q/processing/a.json", nil)
+	r.write(Items, "h/q/done/b.json", []byte(`{"stale":true}`))
+	r.write(Logs, "tasks/day.jsonl", []byte("line1\n"))
+
+	_, records, changed := r.open(DefaultLimit)
+	// Changed: processing/a, the removal of pending/a, b, and line 2.
+	if records != 6 || changed != 4 {
+		t.Errorf("replay read %d records and made %d changes, want 6 and 4", records, changed)
+	}
+	if _, ok := r.read(Items, "h/q/pending/a.json"); ok {
+		t.Error("pending/a.json is back after replay; its removal was committed")
+	}
+	for rel, want := range map[string]string{"h/q/processing/a.json": `{"a":2}`, "h/q/done/b.json": `{"b":1}`} {
+		if got, _ := r.read(Items, rel); got != want {
+			t.Errorf("%s = %q after replay, want %q", rel, got, want)
+		}
+	}
+	if got, _ := r.read(Logs, "tasks/day.jsonl"); got != "line1\nline2\n" {
+		t.Errorf("day file = %q after replay", got)
+	}
+}
+
+// TestReplayChangesNothingWhenTheFilesAgree: after a crash without a power
+// loss, or a clean stop, replay reads the records and leaves every file be.
+func TestReplayChangesNothingWhenTheFilesAgree(t *testing.T) {
+	r := newRig(t)
+	j, _, _ := r.open(DefaultLimit)
+	if err := j.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	r.write(Items, "h/q/pending/a.json", []byte(`{"a":1}`))
+	j.Put(Items, "h/q/pending/a.json", []byte(`{"a":1}`))
+	j.Remove(Items, "h/q/pending/gone.json")
+	mustCommit(t, j)
+	_ = j.Close()
+	before, _ := os.Stat(r.path(Items, "h/q/pending/a.json"))
+	_, records, changed := r.open(DefaultLimit)
+	after, _ := os.Stat(r.path(Items, "h/q/pending/a.json"))
+	if records != 2 || changed != 0 {
+		t.Errorf("replay read %d records and changed %d files, want 2 and 0", records, changed)
+	}
+	if !os.SameFile(before, after) {
+		t.Error("replay rewrote a file that already held its record")
+	}
+}
+
+// TestUncommittedAndTornRecordsAreNotReplayed: records never committed are
+// not on disc, and a record cut short by the crash ends the lap, with what
+// came before it still replayed.
+func TestUncommittedAndTornRecordsAreNotReplayed(t *testing.T) {
+	r := newRig(t)
+	j, _, _ := r.open(DefaultLimit)
+	if err := j.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	j.Put(Items, "a.json", []byte("first"))
+	mustCommit(t, j)
+	end := j.off
+	j.Put(Items, "b.json", []byte("second"))
+	mustCommit(t, j)
+	j.Put(Items, "c.json", []byte("never committed"))
+	_ = j.Close()
+	// Tear the second record: its last byte never reached the disc.
+	f, err := os.OpenFile(filepath.Join(r.dir, "journal", fileNames[0]), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := appendRecord(nil, Record{Op: OpPut, Root: Items, Path: "b.json", Data: []byte("second")})
+	if _, err := f.WriteAt([]byte{0}, end+int64(len(second))-1); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+
+	_, records, _ := r.open(DefaultLimit)
+	if records != 1 {
+		t.Errorf("replayed %d records, want 1 (the torn one and what follows end the lap)", records)
+	}
+	if got, _ := r.read(Items, "a.json"); got != "first" {
+		t.Errorf("a.json = %q", got)
+	}
+	for _, rel := range []string{"b.json", "c.json"} {
+		if _, ok := r.read(Items, rel); ok {
+			t.Errorf("%s was replayed", rel)
+		}
+	}
+}
+
+// TestLapsTakeTurnsBehindCheckpoints: a full file hands over to the other,
+// a checkpoint starts, and replay applies both laps, older first, so a
+// path written in both ends with the newer record. The other file is only
+// reused after the checkpoint has covered it.
+func TestLapsTakeTurnsBehindCheckpoints(t *testing.T) {
+	r := newRig(t)
+	const limit = 4 << 10
+	j, _, _ := r.open(limit)
+	if err := j.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	startLap := j.lap
+	var last string
+	for i := range 40 {
+		last = fmt.Sprintf(`{"n":%d,"pad":"%0200d"}`, i, 0)
+		r.write(Items, "x.json", []byte(last))
+		j.Put(Items, "x.json", []byte(last))
+		j.Put(Items, fmt.Sprintf("n/%d.json", i), []byte(last))
+		mustCommit(t, j)
+	}
+	if j.lap < startLap+2 {
+		t.Fatalf("lap went from %d to %d; want at least two hand-overs", startLap, j.lap)
+	}
+	if n := r.checkpointCount(); n < 2 {
+		t.Errorf("%d checkpoints for %d hand-overs", n, j.lap-startLap)
+	}
+	_ = j.Close()
+	r.write(Items, "x.json", []byte("lost"))
+	_, records, _ := r.open(limit)
+	if records == 0 || records >= 80 {
+		t.Errorf("replayed %d records; want the last two laps' worth", records)
+	}
+	if got, _ := r.read(Items, "x.json"); got != last {
+		t.Errorf("x.json = %q after replay, want the last write %q", got, last)
+	}
+}
+
+// TestFailedCheckpointHoldsTheOtherFile: while no checkpoint has covered the
+// older lap, a commit that needs its file tries the checkpoint again and
+// fails rather than overwrite it.
+func TestFailedCheckpointHoldsTheOtherFile(t *testing.T) {
+	r := newRig(t)
+	const limit = 2 << 10
+	j, _, _ := r.open(limit)
+	if err := j.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	r.failCheckpoints(errors.New("disc gone"))
+	pad := bytes.Repeat([]byte("x"), 900)
+	var err error
+	for i := 0; i < 20 && err == nil; i++ {
+		j.Put(Items, fmt.Sprintf("%d.json", i), pad)
+		err = j.Commit()
+	}
+	if err == nil {
+		t.Fatal("commits went on with no checkpoint ever succeeding")
+	}
+	lap := j.lap
+	r.failCheckpoints(nil)
+	mustCommit(t, j) // the record put back is written now
+	if j.lap != lap+1 {
+		t.Errorf("lap %d after the checkpoint came back, want %d", j.lap, lap+1)
+	}
+}
+
+// TestResetForgetsAndOldLapsStayOut: after Reset nothing replays, even the
+// lap the other file still held.
+func TestResetForgetsAndOldLapsStayOut(t *testing.T) {
+	r := newRig(t)
+	j, _, _ := r.open(2 << 10)
+	if err := j.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		j.Put(Items, fmt.Sprintf("%d.json", i), bytes.Repeat([]byte("y"), 500))
+		mustCommit(t, j)
+	}
+	if err := j.Settle(); err != nil {
+		t.Fatal(err)
+	}
+	_ = j.Close()
+	if _, records, _ := r.open(2 << 10); records != 0 {
+		t.Errorf("replayed %d records after Settle", records)
+	}
+}
+
+// TestReplayRefusesPathsOutsideTheRoots: a record cannot make replay write
+// outside the folders the journal covers.
+func TestReplayRefusesPathsOutsideTheRoots(t *testing.T) {
+	for _, path := range []string{"../escape.json", "/etc/passwd", ""} {
+		r := newRig(t)
+		j, _, _ := r.open(DefaultLimit)
+		if err := j.Reset(); err != nil {
+			t.Fatal(err)
+		}
+		j.Put(Items, path, []byte("x"))
+		mustCommit(t, j)
+		_ = j.Close()
+		j2, err := Open(filepath.Join(r.dir, "journal"), DefaultLimit, func() error { return nil }, r.roots...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := j2.Replay(); err == nil {
+			t.Errorf("replay of a record for %q succeeded", path)
+		}
+		_ = j2.Close()
+		if _, err := os.Stat(filepath.Join(r.dir, "escape.json")); err == nil {
+			t.Errorf("replay wrote outside its roots for %q", path)
+		}
+	}
+}
+
+// FuzzParse: whatever a journal file holds, parsing it does not panic, and
+// what it returns re-encodes to the bytes it came from.
+func FuzzParse(f *testing.F) {
+	lapRec := appendRecord(nil, Record{Op: opLap})
+	stamp(lapRec, 7)
+	rec := appendRecord(nil, Record{Op: OpAppend, Root: Logs, Path: "tasks/d.jsonl", Off: 42, Data: []byte("line\n")})
+	stamp(rec, 7)
+	f.Add(lapRec)
+	f.Add(append(append([]byte{}, lapRec...), rec...))
+	f.Add(append(append([]byte{}, lapRec...), rec[:len(rec)-1]...))
+	f.Add([]byte(magic))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		l, ok := parse(data)
+		if !ok {
+			return
+		}
+		var re []byte
+		re = append(re, lapRec...)
+		for _, r := range l.records {
+			re = appendRecord(re, r)
+		}
+		stamp(re, l.lap)
+		if !bytes.HasPrefix(data, re) {
+			t.Errorf("parsed records do not re-encode to their bytes")
+		}
+	})
+}

@@ -1,0 +1,184 @@
+package journal
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+)
+
+// lap is the records one journal file holds, in order.
+type lap struct {
+	lap     uint64
+	records []Record
+}
+
+// Replay makes the files agree with every record of the laps the journal
+// holds, older lap first, each in the order written, and reports how many
+// records it read and how many files it had to change. A lap ends at its
+// first record that is cut short, fails its checksum or belongs to another
+// lap: what followed was never acknowledged.
+//
+// After a crash without a power loss, or a clean stop, the files already
+// hold what the records say and nothing is changed; after a power loss, a
+// file whose data did not reach the disc is written again.
+func (j *Journal) Replay() (records, changed int, err error) {
+	for _, l := range j.laps() {
+		for _, r := range l.records {
+			done, err := j.apply(r)
+			if err != nil {
+				return records, changed, fmt.Errorf("replay journal lap %d: %w", l.lap, err)
+			}
+			records++
+			if done {
+				changed++
+			}
+		}
+	}
+	return records, changed, nil
+}
+
+// apply makes the disc agree with one record, reporting whether it had to
+// change anything. A record whose path would leave its root is refused.
+func (j *Journal) apply(r Record) (bool, error) {
+	if r.Root >= len(j.roots) || !filepath.IsLocal(r.Path) {
+		return false, fmt.Errorf("record for %q in root %d: not a path the journal covers", r.Path, r.Root)
+	}
+	path := filepath.Join(j.roots[r.Root], r.Path)
+	switch r.Op {
+	case OpPut:
+		if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, r.Data) {
+			return false, nil
+		}
+		return true, replaceFile(path, r.Data)
+	case OpRemove:
+		err := os.Remove(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("restore removal of %s: %w", path, err)
+		}
+		return true, nil
+	case OpAppend:
+		return appendAt(path, r.Off, r.Data)
+	}
+	return false, fmt.Errorf("record %d for %s: unknown operation", r.Op, r.Path)
+}
+
+// replaceFile writes data to a temp file beside path and renames it there.
+// The temp file's name is one the stores' start-up scans remove.
+func replaceFile(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return fmt.Errorf("restore %s: %w", path, err)
+	}
+	tmp := filepath.Join(dir, "."+filepath.Base(path)+".tmp-replay"+strconv.Itoa(os.Getpid()))
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("restore %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("restore %s: %w", path, err)
+	}
+	return nil
+}
+
+// appendAt makes the file at path hold data from byte off.
+func appendAt(path string, off int64, data []byte) (bool, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
+			f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		}
+	}
+	if err != nil {
+		return false, fmt.Errorf("restore %s: %w", path, err)
+	}
+	defer f.Close()
+	cur := make([]byte, len(data))
+	if n, _ := f.ReadAt(cur, off); n == len(data) && bytes.Equal(cur, data) {
+		return false, nil
+	}
+	if _, err := f.WriteAt(data, off); err != nil {
+		return false, fmt.Errorf("restore %s: %w", path, err)
+	}
+	return true, nil
+}
+
+// laps reads both files. Only laps that together form the history since the
+// older began are returned: the newest, and the one just before it.
+func (j *Journal) laps() []lap {
+	var laps []lap
+	for _, f := range j.files {
+		data, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<62))
+		if err != nil {
+			continue
+		}
+		if l, ok := parse(data); ok {
+			laps = append(laps, l)
+		}
+	}
+	slices.SortFunc(laps, func(a, b lap) int { return cmp.Compare(a.lap, b.lap) })
+	if len(laps) == 2 && laps[0].lap+1 != laps[1].lap {
+		laps = laps[1:] // the older was checkpointed before the newer began
+	}
+	return laps
+}
+
+// parse reads one file's lap: a lap record, then its records up to the
+// first that does not belong.
+func parse(data []byte) (lap, bool) {
+	first, data, ok := next(data)
+	if !ok || first.Op != opLap {
+		return lap{}, false
+	}
+	l := lap{lap: first.lap}
+	for {
+		r, rest, ok := next(data)
+		if !ok || r.lap != l.lap || r.Op == opLap {
+			return l, true
+		}
+		l.records = append(l.records, r.Record)
+		data = rest
+	}
+}
+
+type stamped struct {
+	Record
+	lap uint64
+}
+
+// next decodes the record at the start of data.
+func next(data []byte) (stamped, []byte, bool) {
+	if len(data) < headerSize || !bytes.Equal(data[:4], []byte(magic)) {
+		return stamped{}, nil, false
+	}
+	size := int(binary.LittleEndian.Uint32(data[12:16]))
+	if size < fixedSize || len(data)-headerSize < size {
+		return stamped{}, nil, false
+	}
+	payload := data[headerSize : headerSize+size]
+	if checksum(data[4:12], payload) != binary.LittleEndian.Uint32(data[16:20]) {
+		return stamped{}, nil, false
+	}
+	pathLen := int(binary.LittleEndian.Uint16(payload[10:12]))
+	if fixedSize+pathLen > size {
+		return stamped{}, nil, false
+	}
+	r := stamped{lap: binary.LittleEndian.Uint64(data[4:12])}
+	r.Op = Op(payload[0])
+	r.Root = int(payload[1])
+	r.Off = int64(binary.LittleEndian.Uint64(payload[2:10]))
+	r.Path = string(payload[fixedSize : fixedSize+pathLen])
+	r.Data = payload[fixedSize+pathLen:]
+	return r, data[headerSize+size:], true
+}
