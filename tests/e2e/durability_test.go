@@ -365,3 +365,73 @@ func metricValue(body, name string) float64 {
 	}
 	return -1
 }
+
+// TestJournalRepairsWhatAPowerLossTook: under --sync always every write
+// since start-up is in the journal. The server is killed, and then the
+// disc is made to look as a power loss could leave it, had none of those
+// writes' data reached it: every task file empty, in the directory of its
+// first state, and the event log empty. The restart replays the journal:
+// every acknowledged post and result is back, with its event lines, each
+// once and at its old place in the day file.
+func TestJournalRepairsWhatAPowerLossTook(t *testing.T) {
+	t.Parallel()
+	d := newDirs(t)
+	s := start(t, d, "--sync", "always")
+	posted := map[string]bool{}
+	for i := range 12 {
+		posted[s.post("resize", aliceToken, fmt.Sprintf(`{"url":"u%d"}`, i))] = false
+	}
+	for range 6 {
+		id := s.do("POST", "/resize/claim", boxToken, `{"worker":"w"}`).JSON(t)["id"].(string)
+		if r := s.do("POST", "/resize/"+id+"/result", boxToken, `{"worker":"w","result":{"ok":true}}`); r.JSON(t)["accepted"] != true {
+			t.Fatalf("result %s: %s", id, r.Body)
+		}
+		posted[id] = true
+	}
+	days, _ := filepath.Glob(filepath.Join(d.logs, "tasks", "*.jsonl"))
+	if len(days) != 1 {
+		t.Fatalf("day files: %v", days)
+	}
+	logBefore, err := os.ReadFile(days[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.kill()
+
+	for id := range posted {
+		for _, state := range []string{"pending", "processing", "done"} {
+			_ = os.Remove(s.taskFile("resize", state, id))
+		}
+		writeFile(t, s.taskFile("resize", "pending", id), "")
+	}
+	if err := os.Truncate(days[0], 0); err != nil {
+		t.Fatal(err)
+	}
+
+	s = start(t, d, "--sync", "always")
+	for id, finished := range posted {
+		want := "pending"
+		if finished {
+			want = "finished"
+		}
+		if got := s.do("GET", "/resize/"+id, aliceToken, "").JSON(t)["status"]; got != want {
+			t.Errorf("task %s after the power loss: status %v, want %s", id, got, want)
+		}
+		if finished && exists(s.taskFile("resize", "pending", id)) {
+			t.Errorf("finished task %s also left in pending/", id)
+		}
+	}
+	logAfter, err := os.ReadFile(days[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(logAfter), string(logBefore)) {
+		t.Errorf("the day file after replay does not begin with its lines before the crash:\nbefore:\n%s\nafter:\n%s", logBefore, logAfter)
+	}
+	if got := strings.Count(string(logAfter), `"event":"result"`); got != 6 {
+		t.Errorf("%d result lines after replay, want 6", got)
+	}
+	if strings.Contains(s.Stderr(), "corrupt") {
+		t.Errorf("start-up found corrupt files after replay:\n%s", s.Stderr())
+	}
+}
