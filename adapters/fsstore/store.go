@@ -19,6 +19,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/taskhoster/taskhoster/adapters/journal"
 	"github.com/taskhoster/taskhoster/adapters/memstore"
 	"github.com/taskhoster/taskhoster/ports"
 )
@@ -36,7 +37,8 @@ type Store struct {
 	log   *zap.Logger
 	lock  *os.File
 
-	recovered []Corrupt // what the start-up scan quarantined; fixed after Open
+	recovered []Corrupt        // what the start-up scan quarantined; fixed after Open
+	leftover  *journal.Journal // WithLeftoverJournal's, until Open is done with it
 }
 
 // Option configures Open.
@@ -73,13 +75,11 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		_ = lock.Close()
 		return nil, fmt.Errorf("open items folder %s: %w", dir, err)
 	}
-	if j := s.files.journal; j != nil {
-		// What replay and the scan repaired is made durable, and the
-		// journal starts empty.
-		if err := j.Settle(); err != nil {
-			_ = lock.Close()
-			return nil, fmt.Errorf("open items folder %s: %w", dir, err)
-		}
+	// What replay and the scan repaired is made durable, and the journal
+	// starts empty.
+	if err := s.settleJournal(); err != nil {
+		_ = lock.Close()
+		return nil, fmt.Errorf("open items folder %s: %w", dir, err)
 	}
 	s.TaskRepository = index
 	return s, nil

@@ -27,6 +27,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -36,7 +37,7 @@ import (
 type Op byte
 
 const (
-	opLap    Op = 0 // the first record of a lap; no path
+	opLap    Op = 0 // the first record of a lap; its data names the roots
 	OpPut    Op = 1 // the file at Path holds Data
 	OpRemove Op = 2 // there is no file at Path
 	OpAppend Op = 3 // the file at Path holds Data from byte Off
@@ -64,9 +65,8 @@ type Record struct {
 // a record from an older lap, or one cut short by the crash, ends the lap.
 const (
 	magic      = "THJ1"
-	headerSize = 4 + 8 + 4 + 4          // magic, lap, payload size, crc32c
-	fixedSize  = 1 + 1 + 8 + 2          // op, root, offset, path length
-	lapSize    = headerSize + fixedSize // a lap record: no path, no data
+	headerSize = 4 + 8 + 4 + 4 // magic, lap, payload size, crc32c
+	fixedSize  = 1 + 1 + 8 + 2 // op, root, offset, path length
 	maxPath    = 1<<16 - 1
 
 	// A journal file grows by zeroed blocks ahead of its records, so that a
@@ -201,7 +201,7 @@ func (j *Journal) Commit() error {
 		j.spare = buf
 		return nil
 	}
-	if j.off+int64(len(buf)) > j.limit && j.off > lapSize {
+	if j.off+int64(len(buf)) > j.limit && j.off > j.lapSize() {
 		if err := j.next(); err != nil {
 			j.putBack(buf)
 			return err
@@ -249,17 +249,22 @@ func (j *Journal) next() error {
 	if err := j.startLap(other, lap); err != nil {
 		return err
 	}
-	j.cur, j.lap, j.off = other, lap, lapSize
+	j.cur, j.lap, j.off = other, lap, j.lapSize()
 	ckpt := make(chan error, 1)
 	j.ckpt = ckpt
 	go func() { ckpt <- j.checkpoint() }()
 	return nil
 }
 
+// lapSize is the size of a lap record: the header and the roots.
+func (j *Journal) lapSize() int64 {
+	return int64(headerSize + fixedSize + len(strings.Join(j.roots, "\x00")))
+}
+
 // startLap writes the lap record at the start of file i and makes it
 // durable, so that a replay no longer reads what followed it before.
 func (j *Journal) startLap(i int, lap uint64) error {
-	rec := appendRecord(nil, Record{Op: opLap})
+	rec := appendRecord(nil, Record{Op: opLap, Data: []byte(strings.Join(j.roots, "\x00"))})
 	stamp(rec, lap)
 	return j.write(i, rec, 0)
 }
@@ -305,13 +310,13 @@ func (j *Journal) Reset() error {
 		newest = max(newest, l.lap)
 	}
 	if j.sizes[1] > 0 {
-		if err := j.write(1, make([]byte, lapSize), 0); err != nil {
+		if err := j.write(1, make([]byte, j.lapSize()), 0); err != nil {
 			return fmt.Errorf("reset journal: %w", err)
 		}
 	}
 	// Two laps on: a lap left in the other file by an earlier run can never
 	// look like the one before this.
-	j.cur, j.lap, j.off, j.uncovered = 0, newest+2, lapSize, false
+	j.cur, j.lap, j.off, j.uncovered = 0, newest+2, j.lapSize(), false
 	if err := j.startLap(0, j.lap); err != nil {
 		return err
 	}

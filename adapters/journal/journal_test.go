@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -322,6 +323,33 @@ func TestReplayRefusesPathsOutsideTheRoots(t *testing.T) {
 	}
 }
 
+// TestReplayRefusesOtherFolders: after a crash, a start with another logs
+// folder would put the journal's lines into the wrong day files; replay
+// refuses and names the folder the records belong to.
+func TestReplayRefusesOtherFolders(t *testing.T) {
+	r := newRig(t)
+	j, _, _ := r.open(DefaultLimit)
+	if err := j.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	j.Append(Logs, "tasks/d.jsonl", 0, []byte("line\n"))
+	mustCommit(t, j)
+	_ = j.Close()
+	moved := t.TempDir()
+	j2, err := Open(filepath.Join(r.dir, "journal"), DefaultLimit, func() error { return nil }, r.roots[0], moved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j2.Close()
+	_, _, err = j2.Replay()
+	if err == nil || !strings.Contains(err.Error(), r.roots[1]) {
+		t.Errorf("replay into another logs folder: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(moved, "tasks", "d.jsonl")); err == nil {
+		t.Error("replay wrote into the other folder")
+	}
+}
+
 // FuzzParse: whatever a journal file holds, parsing it does not panic, and
 // what it returns re-encodes to the bytes it came from.
 func FuzzParse(f *testing.F) {
@@ -338,8 +366,7 @@ func FuzzParse(f *testing.F) {
 		if !ok {
 			return
 		}
-		var re []byte
-		re = append(re, lapRec...)
+		re := appendRecord(nil, Record{Op: opLap, Data: []byte(strings.Join(l.roots, "\x00"))})
 		for _, r := range l.records {
 			re = appendRecord(re, r)
 		}

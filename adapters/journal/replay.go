@@ -12,11 +12,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 )
 
 // lap is the records one journal file holds, in order.
 type lap struct {
 	lap     uint64
+	roots   []string // the folders its records' Root indexes
 	records []Record
 }
 
@@ -32,6 +34,13 @@ type lap struct {
 func (j *Journal) Replay() (records, changed int, err error) {
 	for _, l := range j.laps() {
 		for _, r := range l.records {
+			// A record belongs in the folder it was written for. After a
+			// crash, starting with other folders would put its bytes in
+			// the wrong files: refuse, and say how to replay it.
+			if r.Root >= len(l.roots) || r.Root >= len(j.roots) || l.roots[r.Root] != j.roots[r.Root] {
+				return records, changed, fmt.Errorf("the journal in %s holds writes to %q, not yet replayed; start the server once with the folders it had then (--items, --logs), so that it can replay them",
+					j.dir, l.roots[min(r.Root, len(l.roots)-1)])
+			}
 			done, err := j.apply(r)
 			if err != nil {
 				return records, changed, fmt.Errorf("replay journal lap %d: %w", l.lap, err)
@@ -141,7 +150,7 @@ func parse(data []byte) (lap, bool) {
 	if !ok || first.Op != opLap {
 		return lap{}, false
 	}
-	l := lap{lap: first.lap}
+	l := lap{lap: first.lap, roots: strings.Split(string(first.Data), "\x00")}
 	for {
 		r, rest, ok := next(data)
 		if !ok || r.lap != l.lap || r.Op == opLap {

@@ -157,6 +157,24 @@ var StoreModule = fx.Module("fsstore",
 			opts = append(opts, fsstore.WithJournal(j))
 			closeJournal = func() error { return errors.Join(j.Close(), fsys.Close()) }
 		}
+		if _, err := os.Stat(fsstore.JournalDir(cfg.Items)); cfg.Sync == "none" && err == nil {
+			// A journal left by a run under --sync always: replay it once,
+			// then it goes (fsstore.WithLeftoverJournal).
+			if err := os.MkdirAll(cfg.Logs, 0o755); err != nil {
+				return nil, nil, nil, fmt.Errorf("logs folder: %w", err)
+			}
+			fsys, err := durable.OpenFS(cfg.Items, cfg.Logs)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			defer fsys.Close()
+			left, err := journal.Open(fsstore.JournalDir(cfg.Items), journal.DefaultLimit, fsys.FlushAll, cfg.Items, cfg.Logs)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			defer left.Close() // Open closes it; this is for when Open fails first
+			opts = append(opts, fsstore.WithLeftoverJournal(left))
+		}
 		s, err := fsstore.Open(cfg.Items, opts...)
 		if err != nil {
 			_ = closeJournal()

@@ -435,3 +435,33 @@ func TestJournalRepairsWhatAPowerLossTook(t *testing.T) {
 		t.Errorf("start-up found corrupt files after replay:\n%s", s.Stderr())
 	}
 }
+
+// TestSyncNoneReplaysAndRemovesALeftoverJournal: a run under --sync none
+// keeps no journal, but one left by a crashed run under --sync always is
+// replayed first and then removed, so that no later run replays its old
+// records over newer writes.
+func TestSyncNoneReplaysAndRemovesALeftoverJournal(t *testing.T) {
+	t.Parallel()
+	d := newDirs(t)
+	s := start(t, d, "--sync", "always")
+	id := s.post("resize", aliceToken, `{"url":"kept"}`)
+	s.kill()
+	writeFile(t, s.taskFile("resize", "pending", id), "") // its data lost
+
+	s = start(t, d, "--sync", "none")
+	if got := s.do("GET", "/resize/"+id, aliceToken, "").JSON(t)["status"]; got != "pending" {
+		t.Errorf("task after replay under --sync none: %v", got)
+	}
+	if exists(filepath.Join(d.items, ".journal")) {
+		t.Error("the journal is still there under --sync none")
+	}
+	// A change under --sync none, then a run under --sync always: the old
+	// records are gone, so the task stays finished.
+	claimed := s.do("POST", "/resize/claim", boxToken, `{"worker":"w"}`).JSON(t)["id"]
+	s.do("POST", "/resize/"+id+"/result", boxToken, `{"worker":"w","result":{}}`)
+	s.stop()
+	s = start(t, d, "--sync", "always")
+	if got := s.do("GET", "/resize/"+id, aliceToken, "").JSON(t)["status"]; claimed != id || got != "finished" {
+		t.Errorf("task claimed as %v, then %v after a run under --sync always", claimed, got)
+	}
+}
