@@ -2,6 +2,7 @@ package fsstore_test
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -21,12 +22,17 @@ import (
 type powerLoss struct {
 	t       *testing.T
 	dir     string
+	boots   int
 	mu      sync.Mutex
 	durable map[string]string // the files as of the last checkpoint that finished
 }
 
+// open opens the store with its journal, in a boot of its own: a start-up
+// after a power loss.
 func (p *powerLoss) open(limit int64) (*fsstore.Store, *journal.Journal) {
 	p.t.Helper()
+	p.boots++
+	p.t.Setenv(journal.BootEnv, fmt.Sprintf("boot-%d", p.boots))
 	j, err := journal.Open(fsstore.JournalDir(p.dir), limit, func() error {
 		snap := snapshot(p.dir)
 		p.mu.Lock()

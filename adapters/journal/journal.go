@@ -37,7 +37,7 @@ import (
 type Op byte
 
 const (
-	opLap    Op = 0 // the first record of a lap; its data names the roots
+	opLap    Op = 0 // the first record of a lap; its data names the boot and the roots
 	OpPut    Op = 1 // the file at Path holds Data
 	OpRemove Op = 2 // there is no file at Path
 	OpAppend Op = 3 // the file at Path holds Data from byte Off
@@ -92,6 +92,7 @@ var fileNames = [2]string{"journal-a", "journal-b"}
 type Journal struct {
 	dir   string
 	roots []string
+	boot  string // the kernel's boot id (see bootID)
 	limit int64
 	// checkpoint makes every file written so far durable (syncfs of the
 	// filesystems the journal covers).
@@ -121,7 +122,7 @@ func Open(dir string, limit int64, checkpoint func() error, roots ...string) (*J
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("open journal: %w", err)
 	}
-	j := &Journal{dir: dir, roots: roots, limit: limit, checkpoint: checkpoint}
+	j := &Journal{dir: dir, roots: roots, boot: bootID(), limit: limit, checkpoint: checkpoint}
 	for i, name := range fileNames {
 		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
@@ -256,15 +257,19 @@ func (j *Journal) next() error {
 	return nil
 }
 
-// lapSize is the size of a lap record: the header and the roots.
-func (j *Journal) lapSize() int64 {
-	return int64(headerSize + fixedSize + len(strings.Join(j.roots, "\x00")))
+// lapData is what a lap record holds: the boot it was written in, then the
+// roots, NUL-separated.
+func (j *Journal) lapData() []byte {
+	return []byte(strings.Join(append([]string{j.boot}, j.roots...), "\x00"))
 }
+
+// lapSize is the size of a lap record.
+func (j *Journal) lapSize() int64 { return int64(headerSize + fixedSize + len(j.lapData())) }
 
 // startLap writes the lap record at the start of file i and makes it
 // durable, so that a replay no longer reads what followed it before.
 func (j *Journal) startLap(i int, lap uint64) error {
-	rec := appendRecord(nil, Record{Op: opLap, Data: []byte(strings.Join(j.roots, "\x00"))})
+	rec := appendRecord(nil, Record{Op: opLap, Data: j.lapData()})
 	stamp(rec, lap)
 	return j.write(i, rec, 0)
 }
@@ -348,6 +353,25 @@ func (j *Journal) Close() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// BootEnv, when set, stands for the kernel's boot id: tests set it to
+// another value to make a start-up look like the first after a reboot.
+const BootEnv = "TASKHOSTER_TEST_BOOT_ID"
+
+// bootID names the kernel's current boot. A journal written in the same
+// boot as the start-up replaying it was left by a process that died with
+// the page cache intact: the files already hold every record, and newer
+// changes besides (Replay).
+func bootID() string {
+	if id := os.Getenv(BootEnv); id != "" {
+		return id
+	}
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "" // unknown: every start-up replays
+	}
+	return strings.TrimSpace(string(b))
 }
 
 func syncDir(dir string) error {

@@ -21,6 +21,7 @@ type rig struct {
 	mu          sync.Mutex // checkpoints run in the background
 	checkpoints int
 	failCkpt    error
+	boots       int
 }
 
 func (r *rig) failCheckpoints(err error) {
@@ -46,9 +47,12 @@ func newRig(t *testing.T) *rig {
 	return r
 }
 
-// open opens the journal as a start-up does: replay (reported), then Reset.
+// open opens the journal as a start-up does, and replays it (Reset is the
+// test's to call). Each open is in a boot of its own, as after a power loss.
 func (r *rig) open(limit int64) (*Journal, int, int) {
 	r.t.Helper()
+	r.boots++
+	r.t.Setenv(BootEnv, fmt.Sprintf("boot-%d", r.boots))
 	j, err := Open(filepath.Join(r.dir, "journal"), limit, func() error {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -167,6 +171,34 @@ func TestReplayChangesNothingWhenTheFilesAgree(t *testing.T) {
 	}
 	if !os.SameFile(before, after) {
 		t.Error("replay rewrote a file that already held its record")
+	}
+}
+
+// TestAJournalOfThisBootIsNotReplayed: a process killed without a reboot
+// left its page cache, so the files are as new as the journal or newer (a
+// claim never committed, say); replaying older records would undo that.
+func TestAJournalOfThisBootIsNotReplayed(t *testing.T) {
+	r := newRig(t)
+	j, _, _ := r.open(DefaultLimit)
+	if err := j.Reset(); err != nil {
+		t.Fatal(err)
+	}
+	j.Put(Items, "h/q/processing/a.json", []byte("claimed"))
+	mustCommit(t, j)
+	_ = j.Close()
+	// Since then, uncommitted: the claim was undone by a re-queue.
+	r.write(Items, "h/q/pending/a.json", []byte("requeued"))
+
+	again, err := Open(filepath.Join(r.dir, "journal"), DefaultLimit, func() error { return nil }, r.roots...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if records, _, err := again.Replay(); err != nil || records != 0 {
+		t.Errorf("replay in the same boot applied %d records (%v)", records, err)
+	}
+	if _, ok := r.read(Items, "h/q/processing/a.json"); ok {
+		t.Error("replay in the same boot brought back the claimed copy")
 	}
 }
 
@@ -309,6 +341,7 @@ func TestReplayRefusesPathsOutsideTheRoots(t *testing.T) {
 		j.Put(Items, path, []byte("x"))
 		mustCommit(t, j)
 		_ = j.Close()
+		t.Setenv(BootEnv, "the next boot")
 		j2, err := Open(filepath.Join(r.dir, "journal"), DefaultLimit, func() error { return nil }, r.roots...)
 		if err != nil {
 			t.Fatal(err)
@@ -336,6 +369,7 @@ func TestReplayRefusesOtherFolders(t *testing.T) {
 	mustCommit(t, j)
 	_ = j.Close()
 	moved := t.TempDir()
+	t.Setenv(BootEnv, "the next boot")
 	j2, err := Open(filepath.Join(r.dir, "journal"), DefaultLimit, func() error { return nil }, r.roots[0], moved)
 	if err != nil {
 		t.Fatal(err)

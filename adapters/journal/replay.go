@@ -18,28 +18,40 @@ import (
 // lap is the records one journal file holds, in order.
 type lap struct {
 	lap     uint64
+	boot    string   // the boot it was written in
 	roots   []string // the folders its records' Root indexes
 	records []Record
 }
 
 // Replay makes the files agree with every record of the laps the journal
 // holds, older lap first, each in the order written, and reports how many
-// records it read and how many files it had to change. A lap ends at its
+// records it applied and how many files it had to change. A lap ends at its
 // first record that is cut short, fails its checksum or belongs to another
 // lap: what followed was never acknowledged.
 //
-// After a crash without a power loss, or a clean stop, the files already
-// hold what the records say and nothing is changed; after a power loss, a
-// file whose data did not reach the disc is written again.
+// Only a journal written before the machine last booted is replayed: then
+// a power loss (or a crash of the kernel) may have kept a record's bytes
+// and lost the file's, which replay writes again. A journal of this boot was
+// left by a process that died with the page cache intact, so the files hold
+// what every record says, and may hold newer changes that were never
+// committed (a claim, a re-queue): replaying older records over them would
+// undo those and disagree with the event log. Such a journal is left alone.
 func (j *Journal) Replay() (records, changed int, err error) {
 	for _, l := range j.laps() {
+		if l.boot != "" && l.boot == j.boot {
+			continue
+		}
 		for _, r := range l.records {
 			// A record belongs in the folder it was written for. After a
 			// crash, starting with other folders would put its bytes in
 			// the wrong files: refuse, and say how to replay it.
 			if r.Root >= len(l.roots) || r.Root >= len(j.roots) || l.roots[r.Root] != j.roots[r.Root] {
+				root := "?"
+				if r.Root < len(l.roots) {
+					root = l.roots[r.Root]
+				}
 				return records, changed, fmt.Errorf("the journal in %s holds writes to %q, not yet replayed; start the server once with the folders it had then (--items, --logs), so that it can replay them",
-					j.dir, l.roots[min(r.Root, len(l.roots)-1)])
+					j.dir, root)
 			}
 			done, err := j.apply(r)
 			if err != nil {
@@ -150,7 +162,8 @@ func parse(data []byte) (lap, bool) {
 	if !ok || first.Op != opLap {
 		return lap{}, false
 	}
-	l := lap{lap: first.lap, roots: strings.Split(string(first.Data), "\x00")}
+	fields := strings.Split(string(first.Data), "\x00")
+	l := lap{lap: first.lap, boot: fields[0], roots: fields[1:]}
 	for {
 		r, rest, ok := next(data)
 		if !ok || r.lap != l.lap || r.Op == opLap {

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"strconv"
 	"bufio"
 	"bytes"
 	"encoding/json"
@@ -100,13 +101,29 @@ func start(t *testing.T, d dirs, extra ...string) *server {
 
 func launch(t *testing.T, d dirs, extra ...string) (*server, error) {
 	t.Helper()
+	return launchEnv(t, d, nil, extra...)
+}
+
+// startAfterReboot is start as the first start after the machine booted
+// again (a power loss): the journal a crashed server left is replayed.
+func startAfterReboot(t *testing.T, d dirs, extra ...string) *server {
+	t.Helper()
+	s, err := launchEnv(t, d, []string{"TASKHOSTER_TEST_BOOT_ID=" + t.Name() + "-" + strconv.FormatInt(time.Now().UnixNano(), 10)}, extra...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func launchEnv(t *testing.T, d dirs, env []string, extra ...string) (*server, error) {
+	t.Helper()
 	args := append([]string{"serve",
 		"--hosts", d.hosts, "--items", d.items, "--logs", d.logs,
 		"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--sweep", "100ms",
 	}, extra...)
 	s := &server{t: t, hosts: d.hosts, items: d.items, log: d.logs, exited: make(chan struct{})}
 	s.cmd = exec.Command(binary, args...)
-	s.cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
+	s.cmd.Env = append(append(os.Environ(), "GORACE=halt_on_error=1"), env...)
 	pipe, err := s.cmd.StderrPipe()
 	if err != nil {
 		return nil, err
