@@ -38,9 +38,6 @@ type Log struct {
 	mu     sync.Mutex
 	files  map[string]*os.File // open day files by day ("2026-07-26")
 	closed bool
-	// opened says a day file was opened since the last Flush, whose name
-	// the tasks folder may not hold durably yet.
-	opened bool
 	// journal, if set (UseJournal), records every line; sizes are the open
 	// day files' sizes, where the next line of each goes.
 	journal *journal.Journal
@@ -145,7 +142,6 @@ func (l *Log) file(day string) (*os.File, error) {
 		l.sizes[day] = fi.Size()
 	}
 	l.files[day] = f
-	l.opened = true
 	return f, nil
 }
 
@@ -220,20 +216,14 @@ func (l *Log) retire() error {
 
 // Sync makes every line appended so far durable: it fdatasyncs the open day
 // files and fsyncs the tasks folder, which holds the names of new ones. The
-// app calls it at shutdown; while serving, the shared ports.Syncer does this
-// work for the whole filesystem at once.
+// app calls it at shutdown; while serving, the journal's commits make the
+// lines durable (UseJournal, Flush).
 //
-// If bodies were archived since the last Sync, it first syncfs's the logs
-// folder's filesystem: the archive is many small files in many folders, and
-// one flush of the filesystem covers them all, so that no line made durable
-// here names a body that is not.
+// It first flushes the archived payloads, if any (syncArchive).
 func (l *Log) Sync() error {
 	var errs []error
-	if l.archivedSinceSync.Swap(false) {
-		if err := syncFS(l.root); err != nil {
-			l.archivedSinceSync.Store(true)
-			errs = append(errs, err)
-		}
+	if err := l.syncArchive(); err != nil {
+		errs = append(errs, err)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -259,49 +249,29 @@ func (l *Log) UseJournal(j *journal.Journal) {
 	l.sizes = make(map[string]int64)
 }
 
-// Flush makes every line appended before the call durable, as Sync does,
-// but without holding up Append while it waits for the disc: it is the
-// event log's part of a group commit (app/server's SyncModule). With a
-// journal, the lines are the journal's to flush, and only archived
-// payloads are left.
+// Flush makes what Append wrote durable beyond the journal's records (see
+// UseJournal, which every caller of Flush has set up): the archived
+// payloads, if any were written since the last flush. It is the event log's
+// part of a group commit (app/server's SyncModule), and does not hold up
+// Append.
 func (l *Log) Flush() error {
-	var errs []error
-	if l.archivedSinceSync.Swap(false) {
-		if err := syncFS(l.root); err != nil {
-			l.archivedSinceSync.Store(true)
-			errs = append(errs, err)
-		}
+	if err := l.syncArchive(); err != nil {
+		return unavailable(err)
 	}
-	if l.journal != nil {
-		if err := errors.Join(errs...); err != nil {
-			return unavailable(err)
-		}
+	return nil
+}
+
+// syncArchive syncfs's the logs folder's filesystem if bodies were archived
+// since the last call: the archive is many small files in many folders, and
+// one flush of the filesystem covers them all, so that no line made durable
+// names a body that is not.
+func (l *Log) syncArchive() error {
+	if !l.archivedSinceSync.Swap(false) {
 		return nil
 	}
-	l.mu.Lock()
-	files := make([]*os.File, 0, len(l.files))
-	for _, f := range l.files {
-		files = append(files, f)
-	}
-	opened := l.opened
-	l.opened = false
-	l.mu.Unlock()
-	for _, f := range files {
-		// A file retired meanwhile was fdatasynced before it was closed.
-		if err := fdatasync(f); err != nil && !errors.Is(err, os.ErrClosed) {
-			errs = append(errs, err)
-		}
-	}
-	if opened {
-		if err := syncDir(l.dir); err != nil {
-			l.mu.Lock()
-			l.opened = true
-			l.mu.Unlock()
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return unavailable(err)
+	if err := syncFS(l.root); err != nil {
+		l.archivedSinceSync.Store(true)
+		return err
 	}
 	return nil
 }
