@@ -139,40 +139,22 @@ var StoreModule = fx.Module("fsstore",
 		opts := []fsstore.Option{fsstore.WithLogger(logger.Named("fsstore"))}
 		var j *journal.Journal
 		closeJournal := func() error { return nil }
-		if cfg.Sync == "always" {
-			if err := os.MkdirAll(cfg.Logs, 0o755); err != nil {
-				return nil, nil, nil, fmt.Errorf("logs folder: %w", err)
-			}
-			// A checkpoint flushes both folders' filesystems: the items'
-			// task files, and the logs' archived payloads.
-			fsys, err := durable.OpenFS(cfg.Items, cfg.Logs)
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			j, err = journal.Open(fsstore.JournalDir(cfg.Items), journal.DefaultLimit, fsys.FlushAll, cfg.Items, cfg.Logs)
-			if err != nil {
-				_ = fsys.Close()
+		_, statErr := os.Stat(fsstore.JournalDir(cfg.Items))
+		switch {
+		case cfg.Sync == "always":
+			var err error
+			if j, closeJournal, err = openJournal(cfg); err != nil {
 				return nil, nil, nil, err
 			}
 			opts = append(opts, fsstore.WithJournal(j))
-			closeJournal = func() error { return errors.Join(j.Close(), fsys.Close()) }
-		}
-		if _, err := os.Stat(fsstore.JournalDir(cfg.Items)); cfg.Sync == "none" && err == nil {
-			// A journal left by a run under --sync always: replay it once,
-			// then it goes (fsstore.WithLeftoverJournal).
-			if err := os.MkdirAll(cfg.Logs, 0o755); err != nil {
-				return nil, nil, nil, fmt.Errorf("logs folder: %w", err)
-			}
-			fsys, err := durable.OpenFS(cfg.Items, cfg.Logs)
+		case statErr == nil:
+			// A journal left by a run under --sync always: replayed once,
+			// then removed (fsstore.WithLeftoverJournal).
+			left, closeLeft, err := openJournal(cfg)
 			if err != nil {
 				return nil, nil, nil, err
 			}
-			defer fsys.Close()
-			left, err := journal.Open(fsstore.JournalDir(cfg.Items), journal.DefaultLimit, fsys.FlushAll, cfg.Items, cfg.Logs)
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			defer left.Close() // Open closes it; this is for when Open fails first
+			defer closeLeft()
 			opts = append(opts, fsstore.WithLeftoverJournal(left))
 		}
 		s, err := fsstore.Open(cfg.Items, opts...)
@@ -184,6 +166,25 @@ var StoreModule = fx.Module("fsstore",
 		return s, s, j, nil
 	}),
 )
+
+// openJournal opens the items folder's journal, for writes in the items and
+// logs folders, with checkpoints that flush both folders' filesystems (the
+// task files, and the logs' archived payloads). closeAll releases both.
+func openJournal(cfg Config) (j *journal.Journal, closeAll func() error, err error) {
+	if err := os.MkdirAll(cfg.Logs, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("logs folder: %w", err)
+	}
+	fsys, err := durable.OpenFS(cfg.Items, cfg.Logs)
+	if err != nil {
+		return nil, nil, err
+	}
+	j, err = journal.Open(fsstore.JournalDir(cfg.Items), journal.DefaultLimit, fsys.FlushAll, cfg.Items, cfg.Logs)
+	if err != nil {
+		_ = fsys.Close()
+		return nil, nil, err
+	}
+	return j, func() error { return errors.Join(j.Close(), fsys.Close()) }, nil
+}
 
 // SyncModule provides group commit, or nothing at all under --sync none.
 // A flush writes the journal's new records (task files and event lines)
