@@ -70,6 +70,16 @@ func (r *rig) open(limit int64) (*Journal, int, int) {
 	return j, records, changed
 }
 
+// start opens a journal with nothing to replay and starts its first lap.
+func (r *rig) start(limit int64) *Journal {
+	r.t.Helper()
+	j, _, _ := r.open(limit)
+	if err := j.Reset(); err != nil {
+		r.t.Fatal(err)
+	}
+	return j
+}
+
 func (r *rig) path(root int, rel string) string { return filepath.Join(r.roots[root], rel) }
 
 func (r *rig) write(root int, rel string, data []byte) {
@@ -107,10 +117,7 @@ func mustCommit(t *testing.T, j *Journal) {
 // log lines come back at their offsets.
 func TestReplayRestoresWhatAPowerLossTook(t *testing.T) {
 	r := newRig(t)
-	j, _, _ := r.open(DefaultLimit)
-	if err := j.Reset(); err != nil {
-		t.Fatal(err)
-	}
+	j := r.start(DefaultLimit)
 	r.write(Items, "h/q/pending/a.json", []byte(`{"a":1}`))
 	j.Put(Items, "h/q/pending/a.json", []byte(`{"a":1}`))
 	r.write(Items, "h/q/processing/a.json", []byte(`{"a":2}`))
@@ -154,10 +161,7 @@ func TestReplayRestoresWhatAPowerLossTook(t *testing.T) {
 // loss, or a clean stop, replay reads the records and leaves every file be.
 func TestReplayChangesNothingWhenTheFilesAgree(t *testing.T) {
 	r := newRig(t)
-	j, _, _ := r.open(DefaultLimit)
-	if err := j.Reset(); err != nil {
-		t.Fatal(err)
-	}
+	j := r.start(DefaultLimit)
 	r.write(Items, "h/q/pending/a.json", []byte(`{"a":1}`))
 	j.Put(Items, "h/q/pending/a.json", []byte(`{"a":1}`))
 	j.Remove(Items, "h/q/pending/gone.json")
@@ -179,10 +183,7 @@ func TestReplayChangesNothingWhenTheFilesAgree(t *testing.T) {
 // claim never committed, say); replaying older records would undo that.
 func TestAJournalOfThisBootIsNotReplayed(t *testing.T) {
 	r := newRig(t)
-	j, _, _ := r.open(DefaultLimit)
-	if err := j.Reset(); err != nil {
-		t.Fatal(err)
-	}
+	j := r.start(DefaultLimit)
 	j.Put(Items, "h/q/processing/a.json", []byte("claimed"))
 	mustCommit(t, j)
 	_ = j.Close()
@@ -207,10 +208,7 @@ func TestAJournalOfThisBootIsNotReplayed(t *testing.T) {
 // came before it still replayed.
 func TestUncommittedAndTornRecordsAreNotReplayed(t *testing.T) {
 	r := newRig(t)
-	j, _, _ := r.open(DefaultLimit)
-	if err := j.Reset(); err != nil {
-		t.Fatal(err)
-	}
+	j := r.start(DefaultLimit)
 	j.Put(Items, "a.json", []byte("first"))
 	mustCommit(t, j)
 	end := j.off
@@ -250,10 +248,7 @@ func TestUncommittedAndTornRecordsAreNotReplayed(t *testing.T) {
 func TestLapsTakeTurnsBehindCheckpoints(t *testing.T) {
 	r := newRig(t)
 	const limit = 4 << 10
-	j, _, _ := r.open(limit)
-	if err := j.Reset(); err != nil {
-		t.Fatal(err)
-	}
+	j := r.start(limit)
 	startLap := j.lap
 	var last string
 	for i := range 40 {
@@ -286,10 +281,7 @@ func TestLapsTakeTurnsBehindCheckpoints(t *testing.T) {
 func TestFailedCheckpointHoldsTheOtherFile(t *testing.T) {
 	r := newRig(t)
 	const limit = 2 << 10
-	j, _, _ := r.open(limit)
-	if err := j.Reset(); err != nil {
-		t.Fatal(err)
-	}
+	j := r.start(limit)
 	r.failCheckpoints(errors.New("disc gone"))
 	pad := bytes.Repeat([]byte("x"), 900)
 	var err error
@@ -312,10 +304,7 @@ func TestFailedCheckpointHoldsTheOtherFile(t *testing.T) {
 // lap the other file still held.
 func TestResetForgetsAndOldLapsStayOut(t *testing.T) {
 	r := newRig(t)
-	j, _, _ := r.open(2 << 10)
-	if err := j.Reset(); err != nil {
-		t.Fatal(err)
-	}
+	j := r.start(2 << 10)
 	for i := range 10 {
 		j.Put(Items, fmt.Sprintf("%d.json", i), bytes.Repeat([]byte("y"), 500))
 		mustCommit(t, j)
@@ -334,10 +323,7 @@ func TestResetForgetsAndOldLapsStayOut(t *testing.T) {
 func TestReplayRefusesPathsOutsideTheRoots(t *testing.T) {
 	for _, path := range []string{"../escape.json", "/etc/passwd", ""} {
 		r := newRig(t)
-		j, _, _ := r.open(DefaultLimit)
-		if err := j.Reset(); err != nil {
-			t.Fatal(err)
-		}
+		j := r.start(DefaultLimit)
 		j.Put(Items, path, []byte("x"))
 		mustCommit(t, j)
 		_ = j.Close()
@@ -361,10 +347,7 @@ func TestReplayRefusesPathsOutsideTheRoots(t *testing.T) {
 // refuses and names the folder the records belong to.
 func TestReplayRefusesOtherFolders(t *testing.T) {
 	r := newRig(t)
-	j, _, _ := r.open(DefaultLimit)
-	if err := j.Reset(); err != nil {
-		t.Fatal(err)
-	}
+	j := r.start(DefaultLimit)
 	j.Append(Logs, "tasks/d.jsonl", 0, []byte("line\n"))
 	mustCommit(t, j)
 	_ = j.Close()
