@@ -112,6 +112,10 @@ type Journal struct {
 	ckpt chan error
 	// uncovered says the other file's lap has no successful checkpoint yet.
 	uncovered bool
+
+	// halfReset, when set (by tests), runs between Reset's two writes; an
+	// error stops Reset there, as a power loss would.
+	halfReset func() error
 }
 
 // Open opens (creating if needed) the journal in dir, for writes in the
@@ -301,28 +305,41 @@ func (j *Journal) write(i int, b []byte, off int64) error {
 
 // Reset forgets every record: call it once the writes they describe are
 // durable (after Replay and a checkpoint at start-up, or after a last
-// checkpoint at a clean stop). It starts a new lap in the first file,
-// numbered two after any lap the files held, and clears the second's lap
-// record; the files keep their size (and their zeroed blocks).
+// checkpoint at a clean stop). It clears the lap record of the file with
+// the older lap, then starts a new lap, numbered two after the newest, in
+// the file that held the newest; the files keep their size (and their
+// zeroed blocks).
+//
+// The order matters if the power goes in between. The newest lap alone
+// replays to the last recorded state of every file it names, which is what
+// the disc durably holds by now; the older lap alone would take those files
+// back to older states.
 func (j *Journal) Reset() error {
 	if j.ckpt != nil {
 		<-j.ckpt
 		j.ckpt = nil
 	}
-	laps := j.laps()
 	var newest uint64
-	for _, l := range laps {
-		newest = max(newest, l.lap)
+	keep := 0
+	for _, l := range j.laps() {
+		if l.lap >= newest {
+			newest, keep = l.lap, l.file
+		}
 	}
-	if j.sizes[1] > 0 {
-		if err := j.write(1, make([]byte, j.lapSize()), 0); err != nil {
+	if other := 1 - keep; j.sizes[other] > 0 {
+		if err := j.write(other, make([]byte, j.lapSize()), 0); err != nil {
 			return fmt.Errorf("reset journal: %w", err)
+		}
+	}
+	if j.halfReset != nil {
+		if err := j.halfReset(); err != nil {
+			return err
 		}
 	}
 	// Two laps on: a lap left in the other file by an earlier run can never
 	// look like the one before this.
-	j.cur, j.lap, j.off, j.uncovered = 0, newest+2, j.lapSize(), false
-	if err := j.startLap(0, j.lap); err != nil {
+	j.cur, j.lap, j.off, j.uncovered = keep, newest+2, j.lapSize(), false
+	if err := j.startLap(keep, j.lap); err != nil {
 		return err
 	}
 	return syncDir(j.dir)

@@ -318,6 +318,43 @@ func TestResetForgetsAndOldLapsStayOut(t *testing.T) {
 	}
 }
 
+// TestResetClearsTheOlderLapFirst: were the power to go half-way through a
+// reset, after its first write, the lap left must be the newest, whose
+// replay keeps each file at its last recorded content; the older lap on its
+// own would take a file back to an older one.
+func TestResetClearsTheOlderLapFirst(t *testing.T) {
+	r := newRig(t)
+	const limit = 2 << 10
+	j := r.start(limit)
+	startLap := j.lap
+	pad := strings.Repeat("p", 600)
+	for i := 0; j.lap < startLap+1; i++ {
+		content := fmt.Sprintf(`{"n":%d,"pad":%q}`, i, pad)
+		r.write(Items, "x.json", []byte(content))
+		j.Put(Items, "x.json", []byte(content))
+		mustCommit(t, j)
+	}
+	last, _ := r.read(Items, "x.json")
+	if laps := j.laps(); len(laps) != 2 {
+		t.Fatalf("%d laps; want two, so that there is an older one", len(laps))
+	}
+	// The power goes after Reset's first write.
+	cut := errors.New("power cut")
+	j.halfReset = func() error { return cut }
+	if err := j.Reset(); !errors.Is(err, cut) {
+		t.Fatalf("reset: %v", err)
+	}
+	_ = j.Close()
+
+	_, records, _ := r.open(limit)
+	if records == 0 {
+		t.Fatal("nothing replayed: the test tests nothing")
+	}
+	if got, _ := r.read(Items, "x.json"); got != last {
+		t.Errorf("x.json = %.40q… after replaying what a half-done reset left, want the last write %.40q…", got, last)
+	}
+}
+
 // TestReplayRefusesPathsOutsideTheRoots: a record cannot make replay write
 // outside the folders the journal covers.
 func TestReplayRefusesPathsOutsideTheRoots(t *testing.T) {

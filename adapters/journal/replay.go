@@ -17,6 +17,7 @@ import (
 
 // lap is the records one journal file holds, in order.
 type lap struct {
+	file    int // the journal file it is in
 	lap     uint64
 	boot    string   // the boot it was written in
 	roots   []string // the folders its records' Root indexes
@@ -139,12 +140,13 @@ func appendAt(path string, off int64, data []byte) (bool, error) {
 // older began are returned: the newest, and the one just before it.
 func (j *Journal) laps() []lap {
 	var laps []lap
-	for _, f := range j.files {
+	for i, f := range j.files {
 		data, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<62))
 		if err != nil {
 			continue
 		}
 		if l, ok := parse(data); ok {
+			l.file = i
 			laps = append(laps, l)
 		}
 	}
