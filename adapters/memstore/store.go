@@ -311,8 +311,8 @@ func (s *Store) Counts(ref ports.QueueRef) ports.Counts {
 // checkNew vets a task for Create and returns the record to keep with its
 // stored form. The names become path elements in a durable store, so they
 // must be valid; the record must read back from its stored form, or the next
-// start-up would call it corrupt. The index keeps the decoded copy: exactly
-// what a restart would load, with or without a Persister.
+// start-up would call it corrupt. The index keeps what a restart would load
+// (domain.ReadBack), with or without a Persister.
 func checkNew(t domain.Task) (domain.Task, []byte, error) {
 	switch {
 	case !domain.ValidHost(t.Host):
@@ -323,7 +323,7 @@ func checkNew(t domain.Task) (domain.Task, []byte, error) {
 		return domain.Task{}, nil, domain.E(domain.KindInvalid, "invalid_task", "bad task id %q", t.ID)
 	}
 	data := domain.EncodeTask(t)
-	stored, err := domain.DecodeTask(data)
+	stored, err := domain.ReadBack(t, data)
 	if err != nil {
 		return domain.Task{}, nil, &domain.Error{Kind: domain.KindInvalid, Code: "invalid_task", Message: "record does not hold together", Err: err}
 	}
@@ -338,7 +338,7 @@ func checkUpdate(cur, next domain.Task) (domain.Task, []byte, error) {
 			"update changed task %s/%s/%s into %s/%s/%s", cur.Host, cur.Queue, cur.ID, next.Host, next.Queue, next.ID)
 	}
 	data := domain.EncodeTask(next)
-	stored, err := domain.DecodeTask(data)
+	stored, err := domain.ReadBack(next, data)
 	if err != nil {
 		return domain.Task{}, nil, &domain.Error{Kind: domain.KindInternal, Code: "invalid_task", Message: "update left a record that does not hold together", Err: err}
 	}
