@@ -1,23 +1,24 @@
-// Package journal is the write-ahead journal of the task files: under
-// --sync always, every write of a task file is also recorded here, and a
-// write is durable once its record is, so that a group commit costs one
-// fdatasync of a few sequential kilobytes instead of a flush of every task
-// file, directory and inode the batch touched (ARCHITECTURE.md, "Group
-// commit through a journal").
+// Package journal is the write-ahead journal of the task files and the
+// event log: under --sync always, every task-file write and every event
+// line is also recorded here, and a write is durable once its record is, so
+// that a group commit costs one fdatasync of a few sequential kilobytes
+// instead of a flush of every task file, directory and inode the batch
+// touched (ARCHITECTURE.md, "Group commit through a journal").
 //
-// The task files are still written first and in full: they are what a
-// reader and a restart see. The journal only matters after a power loss,
-// when a task file whose data never reached the disc is rewritten from its
-// record at start-up (Replay). A checkpoint (a syncfs of the filesystems,
-// run in the background) makes every file written so far durable, after
-// which the records before it are no longer needed.
+// The files are still written first and in full: they are what a reader
+// and a restart see. The journal only matters after a power loss (or a
+// kernel crash): at the first start-up after the reboot, Replay rewrites
+// each file whose data never reached the disc from its record. A
+// checkpoint (a syncfs of the filesystems, run in the background) makes
+// every file written so far durable, after which the records before it are
+// no longer needed.
 //
 // The journal is two files used in turn. Each begins with a lap record
-// naming its lap number; when the one being written reaches its size limit
-// the other is started with the next lap, and a checkpoint begins. The
-// other file is only overwritten once that checkpoint is done, so the two
-// files together always hold every write since the older lap began: Replay
-// applies both laps, older first.
+// naming its lap number, the boot and the folders; when the one being
+// written reaches its size limit the other is started with the next lap,
+// and a checkpoint begins. The other file is only overwritten once that
+// checkpoint is done, so the two files together always hold every write
+// since the older lap began: Replay applies both laps, older first.
 package journal
 
 import (
