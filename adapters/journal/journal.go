@@ -88,6 +88,9 @@ const DefaultLimit = 32 << 20
 
 var fileNames = [2]string{"journal-a", "journal-b"}
 
+// zeros is what a journal file grows by, shared by every write.
+var zeros = make([]byte, maxGrow)
+
 // Journal records writes and makes them durable (Commit). Record may be
 // called from any goroutine; Commit, Reset and Close from one at a time.
 type Journal struct {
@@ -287,8 +290,10 @@ func (j *Journal) write(i int, b []byte, off int64) error {
 	if end := off + int64(len(b)); end > j.sizes[i] {
 		size := max(end, j.sizes[i]+min(max(j.sizes[i], minGrow), maxGrow))
 		size = (size + minGrow - 1) / minGrow * minGrow
-		if _, err := f.WriteAt(make([]byte, size-j.sizes[i]), j.sizes[i]); err != nil {
-			return fmt.Errorf("grow journal: %w", err)
+		for at := j.sizes[i]; at < size; at += maxGrow {
+			if _, err := f.WriteAt(zeros[:min(maxGrow, size-at)], at); err != nil {
+				return fmt.Errorf("grow journal: %w", err)
+			}
 		}
 		if err := unix.Fdatasync(int(f.Fd())); err != nil {
 			return fmt.Errorf("grow journal: %w", err)
