@@ -1,7 +1,10 @@
 // Package durable makes the stores' writes durable with group commit: one
-// flush of each filesystem serves every caller that asked while the
-// previous flush ran, so a busy server pays for a few flushes a second, not
-// one per request (SPEC §6, "Concurrent writes may share one fsync").
+// flush serves every caller that asked while the previous flush ran, so a
+// busy server pays for a few flushes a second, not one per request (SPEC
+// §6, "Concurrent writes may share one fsync"). The server's flush is the
+// journal's commit (adapters/journal, given to NewFunc); New flushes whole
+// filesystems with syncfs, and FS is that flush on its own, which the
+// journal's checkpoints use.
 package durable
 
 import (
@@ -25,10 +28,11 @@ var (
 	_ ports.Syncer = None{}
 )
 
-// Syncer flushes whole filesystems with syncfs(2): every file and directory
-// entry written on them, by any of the stores, reaches stable storage. One
-// flush covers task files, renames, unlinks and event log lines at once,
-// which per-file fsync could only do with many calls.
+// Syncer runs a flush for many callers at once. Made by New, the flush is
+// syncfs(2) of whole filesystems: every file and directory entry written on
+// them, by any of the stores, reaches stable storage, task files, renames,
+// unlinks and event log lines at once, which per-file fsync could only do
+// with many calls.
 type Syncer struct {
 	flush func() error
 	fsys  *FS // the filesystems New flushes; nil for NewFunc
