@@ -57,12 +57,13 @@ func (f *files) queuePath(ref ports.QueueRef) string {
 	return filepath.Join(f.items, ref.Host, ref.Queue)
 }
 
-// path is where t lives: the state directory its status names.
+// path is where t lives: the state directory its status names. (One Join,
+// not items joined to relPath: it is on every write's path.)
 func (f *files) path(t domain.Task) string {
-	return filepath.Join(f.items, f.relPath(t))
+	return filepath.Join(f.items, t.Host, t.Queue, t.Status.Dir(), fileName(t.ID))
 }
 
-// relPath is t's path inside the items folder.
+// relPath is t's path inside the items folder, as the journal records it.
 func (f *files) relPath(t domain.Task) string {
 	return filepath.Join(t.Host, t.Queue, t.Status.Dir(), fileName(t.ID))
 }

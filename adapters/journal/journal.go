@@ -69,6 +69,7 @@ const (
 	headerSize = 4 + 8 + 4 + 4 // magic, lap, payload size, crc32c
 	fixedSize  = 1 + 1 + 8 + 2 // op, root, offset, path length
 	maxPath    = 1<<16 - 1
+	maxLapData = 1 << 20 // a lap record's data: a boot id and two folders
 
 	// A journal file grows by zeroed blocks ahead of its records, so that a
 	// commit only overwrites blocks and its fdatasync has no metadata to
@@ -94,10 +95,11 @@ var zeros = make([]byte, maxGrow)
 // Journal records writes and makes them durable (Commit). Record may be
 // called from any goroutine; Commit, Reset and Close from one at a time.
 type Journal struct {
-	dir   string
-	roots []string
-	boot  string // the kernel's boot id (see bootID)
-	limit int64
+	dir     string
+	roots   []string
+	lapData []byte // what each lap record holds: the boot id, then the roots
+	boot    string // the kernel's boot id (see bootID)
+	limit   int64
 	// checkpoint makes every file written so far durable (syncfs of the
 	// filesystems the journal covers).
 	checkpoint func() error
@@ -131,6 +133,8 @@ func Open(dir string, limit int64, checkpoint func() error, roots ...string) (*J
 		return nil, fmt.Errorf("open journal: %w", err)
 	}
 	j := &Journal{dir: dir, roots: roots, boot: bootID(), limit: limit, checkpoint: checkpoint}
+	// NUL cannot be in a path.
+	j.lapData = []byte(strings.Join(append([]string{j.boot}, roots...), "\x00"))
 	for i, name := range fileNames {
 		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
@@ -265,19 +269,13 @@ func (j *Journal) next() error {
 	return nil
 }
 
-// lapData is what a lap record holds: the boot it was written in, then the
-// roots, NUL-separated.
-func (j *Journal) lapData() []byte {
-	return []byte(strings.Join(append([]string{j.boot}, j.roots...), "\x00"))
-}
-
 // lapSize is the size of a lap record.
-func (j *Journal) lapSize() int64 { return int64(headerSize + fixedSize + len(j.lapData())) }
+func (j *Journal) lapSize() int64 { return int64(headerSize + fixedSize + len(j.lapData)) }
 
 // startLap writes the lap record at the start of file i and makes it
 // durable, so that a replay no longer reads what followed it before.
 func (j *Journal) startLap(i int, lap uint64) error {
-	rec := appendRecord(nil, Record{Op: opLap, Data: j.lapData()})
+	rec := appendRecord(nil, Record{Op: opLap, Data: j.lapData})
 	stamp(rec, lap)
 	return j.write(i, rec, 0)
 }

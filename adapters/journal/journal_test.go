@@ -93,6 +93,13 @@ func (r *rig) write(root int, rel string, data []byte) {
 	}
 }
 
+// put writes a file and records the write in j, as the stores do.
+func (r *rig) put(j *Journal, root int, rel string, data []byte) {
+	r.t.Helper()
+	r.write(root, rel, data)
+	j.Put(root, rel, data)
+}
+
 func (r *rig) read(root int, rel string) (string, bool) {
 	b, err := os.ReadFile(r.path(root, rel))
 	if errors.Is(err, os.ErrNotExist) {
@@ -118,14 +125,11 @@ func mustCommit(t *testing.T, j *Journal) {
 func TestReplayRestoresWhatAPowerLossTook(t *testing.T) {
 	r := newRig(t)
 	j := r.start(DefaultLimit)
-	r.write(Items, "h/q/pending/a.json", []byte(`{"a":1}`))
-	j.Put(Items, "h/q/pending/a.json", []byte(`{"a":1}`))
-	r.write(Items, "h/q/processing/a.json", []byte(`{"a":2}`))
-	j.Put(Items, "h/q/processing/a.json", []byte(`{"a":2}`))
+	r.put(j, Items, "h/q/pending/a.json", []byte(`{"a":1}`))
+	r.put(j, Items, "h/q/processing/a.json", []byte(`{"a":2}`))
 	_ = os.Remove(r.path(Items, "h/q/pending/a.json"))
 	j.Remove(Items, "h/q/pending/a.json")
-	r.write(Items, "h/q/done/b.json", []byte(`{"b":1}`))
-	j.Put(Items, "h/q/done/b.json", []byte(`{"b":1}`))
+	r.put(j, Items, "h/q/done/b.json", []byte(`{"b":1}`))
 	r.write(Logs, "tasks/day.jsonl", []byte("line1\nline2\n"))
 	j.Append(Logs, "tasks/day.jsonl", 0, []byte("line1\n"))
 	j.Append(Logs, "tasks/day.jsonl", 6, []byte("line2\n"))
@@ -162,8 +166,7 @@ func TestReplayRestoresWhatAPowerLossTook(t *testing.T) {
 func TestReplayChangesNothingWhenTheFilesAgree(t *testing.T) {
 	r := newRig(t)
 	j := r.start(DefaultLimit)
-	r.write(Items, "h/q/pending/a.json", []byte(`{"a":1}`))
-	j.Put(Items, "h/q/pending/a.json", []byte(`{"a":1}`))
+	r.put(j, Items, "h/q/pending/a.json", []byte(`{"a":1}`))
 	j.Remove(Items, "h/q/pending/gone.json")
 	mustCommit(t, j)
 	_ = j.Close()
@@ -253,8 +256,7 @@ func TestLapsTakeTurnsBehindCheckpoints(t *testing.T) {
 	var last string
 	for i := range 40 {
 		last = fmt.Sprintf(`{"n":%d,"pad":"%0200d"}`, i, 0)
-		r.write(Items, "x.json", []byte(last))
-		j.Put(Items, "x.json", []byte(last))
+		r.put(j, Items, "x.json", []byte(last))
 		j.Put(Items, fmt.Sprintf("n/%d.json", i), []byte(last))
 		mustCommit(t, j)
 	}
@@ -330,8 +332,7 @@ func TestResetClearsTheOlderLapFirst(t *testing.T) {
 	pad := strings.Repeat("p", 600)
 	for i := 0; j.lap < startLap+1; i++ {
 		content := fmt.Sprintf(`{"n":%d,"pad":%q}`, i, pad)
-		r.write(Items, "x.json", []byte(content))
-		j.Put(Items, "x.json", []byte(content))
+		r.put(j, Items, "x.json", []byte(content))
 		mustCommit(t, j)
 	}
 	last, _ := r.read(Items, "x.json")

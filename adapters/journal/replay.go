@@ -15,7 +15,8 @@ import (
 	"strings"
 )
 
-// lap is the records one journal file holds, in order.
+// lap is what one journal file holds: its lap record's fields and, once
+// read (parse), the records after it, in order.
 type lap struct {
 	file    int // the journal file it is in
 	lap     uint64
@@ -42,7 +43,11 @@ func (j *Journal) Replay() (records, changed int, err error) {
 		if l.boot != "" && l.boot == j.boot {
 			continue
 		}
-		for _, r := range l.records {
+		recs, err := j.records(l)
+		if err != nil {
+			return records, changed, err
+		}
+		for _, r := range recs {
 			// A record belongs in the folder it was written for. After a
 			// crash, starting with other folders would put its bytes in
 			// the wrong files: refuse, and say how to replay it.
@@ -67,10 +72,11 @@ func (j *Journal) Replay() (records, changed int, err error) {
 	return records, changed, nil
 }
 
-// apply makes the disc agree with one record, reporting whether it had to
-// change anything. A record whose path would leave its root is refused.
+// apply makes the disc agree with one record (whose root Replay checked),
+// reporting whether it had to change anything. A record whose path would
+// leave its root is refused.
 func (j *Journal) apply(r Record) (bool, error) {
-	if r.Root >= len(j.roots) || !filepath.IsLocal(r.Path) {
+	if !filepath.IsLocal(r.Path) {
 		return false, fmt.Errorf("record for %q in root %d: not a path the journal covers", r.Path, r.Root)
 	}
 	path := filepath.Join(j.roots[r.Root], r.Path)
@@ -136,16 +142,14 @@ func appendAt(path string, off int64, data []byte) (bool, error) {
 	return true, nil
 }
 
-// laps reads both files. Only laps that together form the history since the
-// older began are returned: the newest, and the one just before it.
+// laps reads the lap record at the start of each file (not the records
+// after it: see records). Only laps that together form the history since
+// the older began are returned, oldest first: the newest, and the one just
+// before it.
 func (j *Journal) laps() []lap {
 	var laps []lap
 	for i, f := range j.files {
-		data, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<62))
-		if err != nil {
-			continue
-		}
-		if l, ok := parse(data); ok {
+		if l, ok := head(f); ok {
 			l.file = i
 			laps = append(laps, l)
 		}
@@ -155,6 +159,37 @@ func (j *Journal) laps() []lap {
 		laps = laps[1:] // the older was checkpointed before the newer began
 	}
 	return laps
+}
+
+// head reads the lap record at the start of f.
+func head(f *os.File) (lap, bool) {
+	hdr := make([]byte, headerSize)
+	if _, err := f.ReadAt(hdr, 0); err != nil {
+		return lap{}, false
+	}
+	size := int64(binary.LittleEndian.Uint32(hdr[12:16]))
+	if size > maxLapData {
+		return lap{}, false
+	}
+	rec := make([]byte, headerSize+size)
+	if _, err := f.ReadAt(rec, 0); err != nil {
+		return lap{}, false
+	}
+	l, ok := parse(rec)
+	return l, ok
+}
+
+// records reads the records of lap l from its file.
+func (j *Journal) records(l lap) ([]Record, error) {
+	data, err := io.ReadAll(io.NewSectionReader(j.files[l.file], 0, 1<<62))
+	if err != nil {
+		return nil, fmt.Errorf("read journal: %w", err)
+	}
+	again, ok := parse(data)
+	if !ok || again.lap != l.lap {
+		return nil, fmt.Errorf("read journal: lap %d changed while read", l.lap)
+	}
+	return again.records, nil
 }
 
 // parse reads one file's lap: a lap record, then its records up to the

@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"strconv"
 	"bufio"
 	"bytes"
 	"encoding/json"
@@ -13,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
