@@ -18,7 +18,7 @@ import (
 
 	"github.com/taskhoster/taskhoster/adapters/clock"
 	"github.com/taskhoster/taskhoster/adapters/eventlog"
-	"github.com/taskhoster/taskhoster/adapters/memstore"
+	"github.com/taskhoster/taskhoster/adapters/index"
 	"github.com/taskhoster/taskhoster/adapters/notify"
 	"github.com/taskhoster/taskhoster/adapters/schema"
 	"github.com/taskhoster/taskhoster/app"
@@ -29,14 +29,14 @@ import (
 
 var _ app.LogTail = (*eventlog.Reader)(nil)
 
-// world is a server's state across crashes: a store (memstore stands for
+// world is a server's state across crashes: a store (the index stands for
 // the task files, which survive), a real event log in a folder, a clock.
 // Each start builds a new Service on them, as a restart does.
 type world struct {
 	t     *testing.T
 	ctx   context.Context
 	dir   string
-	repo  *memstore.Store
+	repo  *index.Store
 	clock *clock.Fake
 	q     *ports.Queue
 	sync  *countingSyncer
@@ -48,7 +48,7 @@ type world struct {
 func newWorld(t *testing.T, settings domain.Settings) *world {
 	t.Helper()
 	w := &world{
-		t: t, ctx: context.Background(), dir: t.TempDir(), repo: memstore.New(),
+		t: t, ctx: context.Background(), dir: t.TempDir(), repo: index.New(),
 		clock: clock.NewFake(time.UnixMilli(1751500000000)),
 		q:     &ports.Queue{Host: "task.example.com", Name: "resize", Settings: settings},
 		sync:  &countingSyncer{},

@@ -15,7 +15,7 @@ import (
 
 	"github.com/taskhoster/taskhoster/adapters/clock"
 	"github.com/taskhoster/taskhoster/adapters/memlog"
-	"github.com/taskhoster/taskhoster/adapters/memstore"
+	"github.com/taskhoster/taskhoster/adapters/index"
 	"github.com/taskhoster/taskhoster/adapters/notify"
 	"github.com/taskhoster/taskhoster/adapters/schema"
 	"github.com/taskhoster/taskhoster/app"
@@ -44,7 +44,7 @@ func (s *countingSyncer) count() int {
 
 type fixture struct {
 	svc   *app.Service
-	repo  *memstore.Store
+	repo  *index.Store
 	log   *memlog.Log
 	sync  *countingSyncer
 	clock *clock.Fake
@@ -58,7 +58,7 @@ func newFixture(t *testing.T, settings domain.Settings) *fixture {
 		t.Fatal(err)
 	}
 	f := &fixture{
-		repo:  memstore.New(),
+		repo:  index.New(),
 		log:   &memlog.Log{},
 		sync:  &countingSyncer{},
 		clock: clock.NewFake(time.UnixMilli(1751500000000)),

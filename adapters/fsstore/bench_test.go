@@ -100,7 +100,7 @@ func (r *depthRig) round(b *testing.B) time.Duration {
 	return took
 }
 
-// BenchmarkClaimDepth is memstore's BenchmarkClaimDepthRatio through the
+// BenchmarkClaimDepth is the index's BenchmarkClaimDepthRatio through the
 // files, at 100 and 10 000 pending (a million files take too long to
 // write): rounds alternate between the two stores, so that both meet the
 // same state of the disc, which on this machine drifts more than the index

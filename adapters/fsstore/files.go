@@ -12,7 +12,7 @@ import (
 	"syscall"
 
 	"github.com/taskhoster/taskhoster/adapters/journal"
-	"github.com/taskhoster/taskhoster/adapters/memstore"
+	"github.com/taskhoster/taskhoster/adapters/index"
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
 )
@@ -32,7 +32,7 @@ func isTempName(name string) bool {
 }
 
 // files keeps one file per task in step with the index: it is the index's
-// memstore.Persister. The index calls it under the queue's lock, so calls for
+// index.Persister. The index calls it under the queue's lock, so calls for
 // one queue never overlap, but calls for different queues do.
 type files struct {
 	items string // the items folder
@@ -50,7 +50,7 @@ type files struct {
 	journal *journal.Journal
 }
 
-var _ memstore.Persister = (*files)(nil)
+var _ index.Persister = (*files)(nil)
 
 // queuePath is <items>/<host>/<queue>.
 func (f *files) queuePath(ref ports.QueueRef) string {

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"github.com/taskhoster/taskhoster/adapters/memstore"
+	"github.com/taskhoster/taskhoster/adapters/index"
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
 )
@@ -57,7 +57,7 @@ func (f found) path() string { return filepath.Join(f.in.path, fileName(f.id)) }
 // loaded a state at a time, in lifecycle order (every queue's pending, then
 // processing, then done), each directory's files in parallel: a later copy
 // replaces the earlier one in the index, and the earlier file is deleted.
-func (s *Store) load(index *memstore.Store) error {
+func (s *Store) load(index *index.Store) error {
 	stages, err := s.scan()
 	if err != nil {
 		return err
@@ -187,7 +187,7 @@ type rejected struct {
 // which spares the kernel walking the whole path for every file; one
 // directory at a time, so that a folder of many queues does not run out of
 // file descriptors.
-func (s *Store) loadDir(index *memstore.Store, d *stateDir) ([]rejected, error) {
+func (s *Store) loadDir(index *index.Store, d *stateDir) ([]rejected, error) {
 	fd, err := unix.Open(d.path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read task files: %w", &fs.PathError{Op: "open", Path: d.path, Err: err})
@@ -235,7 +235,7 @@ func (s *Store) loadDir(index *memstore.Store, d *stateDir) ([]rejected, error) 
 
 // index puts a good record into the index. If a copy of it from an earlier
 // state was there, that copy's file is stale and goes.
-func (s *Store) index(index *memstore.Store, f found, t domain.Task) error {
+func (s *Store) index(index *index.Store, f found, t domain.Task) error {
 	replaced, err := index.Load(t)
 	if err != nil {
 		return err

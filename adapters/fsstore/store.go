@@ -4,7 +4,7 @@
 //
 // One process owns an items folder (a flock on <items>/.lock) and keeps an
 // index of every queue in memory, rebuilt at Open. The index is a
-// memstore.Store with this package's files as its Persister: it is the truth
+// index.Store with this package's files as its Persister: it is the truth
 // while the process runs, a claim or a result is decided under the queue's
 // mutex, and the files follow it. Writes are atomic (temp file, rename) but
 // not fsynced; durability is the Syncer's job, so that many writes share one
@@ -20,7 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/taskhoster/taskhoster/adapters/journal"
-	"github.com/taskhoster/taskhoster/adapters/memstore"
+	"github.com/taskhoster/taskhoster/adapters/index"
 	"github.com/taskhoster/taskhoster/ports"
 )
 
@@ -29,8 +29,8 @@ var _ ports.TaskRepository = (*Store)(nil)
 // Store is a TaskRepository on disc. Open it, Close it when done.
 type Store struct {
 	// The index, writing through files, answers every TaskRepository call.
-	// It is embedded as the port rather than as *memstore.Store so that
-	// memstore's Load, which bypasses the files, is not part of this type.
+	// It is embedded as the port rather than as *index.Store so that
+	// index's Load, which bypasses the files, is not part of this type.
 	ports.TaskRepository
 
 	files *files
@@ -66,7 +66,7 @@ func Open(dir string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("open items folder: %w", err)
 	}
 	s.lock = lock
-	index := memstore.New(memstore.WithPersister(s.files))
+	index := index.New(index.WithPersister(s.files))
 	if err := s.replayJournal(); err != nil {
 		_ = lock.Close()
 		return nil, fmt.Errorf("open items folder %s: %w", dir, err)

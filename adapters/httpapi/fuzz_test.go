@@ -15,7 +15,7 @@ import (
 	"github.com/taskhoster/taskhoster/adapters/clock"
 	"github.com/taskhoster/taskhoster/adapters/folderconfig"
 	"github.com/taskhoster/taskhoster/adapters/httpapi"
-	"github.com/taskhoster/taskhoster/adapters/memstore"
+	"github.com/taskhoster/taskhoster/adapters/index"
 	"github.com/taskhoster/taskhoster/adapters/notify"
 	"github.com/taskhoster/taskhoster/adapters/schema"
 	"github.com/taskhoster/taskhoster/app"
@@ -39,7 +39,7 @@ func (nopSync) Sync(context.Context) error { return nil }
 
 // newAPI builds the HTTP API in-process over the memory store, with one
 // host and a strict and a public queue.
-func newAPI(tb testing.TB) (*httpapi.API, *memstore.Store) {
+func newAPI(tb testing.TB) (*httpapi.API, *index.Store) {
 	tb.Helper()
 	dir := tb.TempDir()
 	files := map[string]string{
@@ -64,7 +64,7 @@ func newAPI(tb testing.TB) (*httpapi.API, *memstore.Store) {
 	if folderconfig.HasErrors(problems) {
 		tb.Fatalf("fixture hosts folder: %v", problems)
 	}
-	repo := memstore.New()
+	repo := index.New()
 	svc := app.New(app.Deps{
 		Repo: repo, Syncer: nopSync{}, Log: nopLog{}, Notifier: notify.NewHub(),
 		Clock: clock.System{}, Compiler: schema.Compiler{},
@@ -134,7 +134,7 @@ func validMethod(m string) bool {
 }
 
 // total is every task of both queues, by state.
-func total(repo *memstore.Store) [2]ports.Counts {
+func total(repo *index.Store) [2]ports.Counts {
 	return [2]ports.Counts{
 		repo.Counts(ports.QueueRef{Host: testHost, Queue: "resize"}),
 		repo.Counts(ports.QueueRef{Host: testHost, Queue: "open"}),

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/taskhoster/taskhoster/adapters/memstore"
+	"github.com/taskhoster/taskhoster/adapters/index"
 	"github.com/taskhoster/taskhoster/adapters/wsapi"
 )
 
@@ -28,7 +28,7 @@ func FuzzWorkerMessage(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
-	fx := newFixture(f, memstore.New(), wsapi.Options{})
+	fx := newFixture(f, index.New(), wsapi.Options{})
 	c := fx.dial(f, "/work")
 	const sentinel = `{"type":"progress","ref":"sentinel","id":"0000000000000000","progress":1}`
 	f.Fuzz(func(t *testing.T, data []byte) {

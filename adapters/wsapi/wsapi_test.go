@@ -17,7 +17,7 @@ import (
 	"github.com/taskhoster/taskhoster/adapters/clock"
 	"github.com/taskhoster/taskhoster/adapters/durable"
 	"github.com/taskhoster/taskhoster/adapters/memlog"
-	"github.com/taskhoster/taskhoster/adapters/memstore"
+	"github.com/taskhoster/taskhoster/adapters/index"
 	"github.com/taskhoster/taskhoster/adapters/notify"
 	"github.com/taskhoster/taskhoster/adapters/schema"
 	"github.com/taskhoster/taskhoster/adapters/wsapi"
@@ -112,7 +112,7 @@ func read(t *testing.T, c *websocket.Conn) string {
 // TestClaimWonAsSocketDies: a claim that takes a task just as its socket
 // dies must not lose the task: it goes back to pending at once.
 func TestClaimWonAsSocketDies(t *testing.T) {
-	repo := &gatedRepo{TaskRepository: memstore.New(), took: make(chan struct{}), release: make(chan struct{})}
+	repo := &gatedRepo{TaskRepository: index.New(), took: make(chan struct{}), release: make(chan struct{})}
 	f := newFixture(t, repo, wsapi.Options{})
 	c := f.dial(t, "/work?worker=w1")
 	if err := c.WriteMessage(websocket.TextMessage, []byte(`{"type":"claim","ref":1}`)); err != nil {
@@ -149,7 +149,7 @@ func TestClaimWonAsSocketDies(t *testing.T) {
 // TestSlowWatcherIsToldToComeBack: a watcher that falls too far behind is
 // closed with 1013 after the views it did get, never shown a gap.
 func TestSlowWatcherIsToldToComeBack(t *testing.T) {
-	f := newFixture(t, memstore.New(), wsapi.Options{WatchBuffer: 1})
+	f := newFixture(t, index.New(), wsapi.Options{WatchBuffer: 1})
 	task, err := f.svc.Post(context.Background(), f.q, "alice", []byte(`{"url":"a"}`))
 	if err != nil {
 		t.Fatal(err)

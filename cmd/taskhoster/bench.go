@@ -11,7 +11,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/taskhoster/taskhoster/app/bench"
+	"github.com/taskhoster/taskhoster/internal/bench"
 )
 
 const benchUsage = `taskhoster bench [flags]: measure this build (issue 6).

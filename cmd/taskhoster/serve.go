@@ -14,7 +14,7 @@ import (
 	"github.com/taskhoster/taskhoster/adapters/folderconfig"
 	"github.com/taskhoster/taskhoster/adapters/wsapi"
 	"github.com/taskhoster/taskhoster/app"
-	"github.com/taskhoster/taskhoster/app/server"
+	"github.com/taskhoster/taskhoster/cmd/taskhoster/server"
 )
 
 func serve(args []string, stderr io.Writer) int {
@@ -46,14 +46,14 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	defer func() { _ = logger.Sync() }()
 
-	app := server.New(cfg, logger)
-	if err := app.Err(); err != nil {
+	graph := server.New(cfg, logger)
+	if err := graph.Err(); err != nil {
 		fmt.Fprintln(stderr, "taskhoster serve:", err)
 		return 1
 	}
 	startCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := app.Start(startCtx); err != nil {
+	if err := graph.Start(startCtx); err != nil {
 		fmt.Fprintln(stderr, "taskhoster serve:", err)
 		return 1
 	}
@@ -63,7 +63,7 @@ func serve(args []string, stderr io.Writer) int {
 	logger.Info("shutting down", zap.String("signal", got.String()))
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), time.Minute)
 	defer cancelStop()
-	if err := app.Stop(stopCtx); err != nil {
+	if err := graph.Stop(stopCtx); err != nil {
 		fmt.Fprintln(stderr, "taskhoster serve: shutdown:", err)
 		return 1
 	}

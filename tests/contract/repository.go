@@ -2,7 +2,7 @@
 // Each adapter runs it from a three-line test:
 //
 //	func TestContract(t *testing.T) {
-//		contract.TestRepository(t, func(t *testing.T) ports.TaskRepository { return memstore.New() })
+//		contract.TestRepository(t, func(t *testing.T) ports.TaskRepository { return index.New() })
 //	}
 package contract
 

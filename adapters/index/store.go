@@ -1,4 +1,4 @@
-// Package memstore is the in-memory task index, kept per queue: every record
+// Package index is the in-memory task index, kept per queue: every record
 // by id (in a compact form, entry.go), each state directory in claim order,
 // and for each recent claim query the pending tasks it accepts (views.go).
 //
@@ -8,7 +8,7 @@
 // store (fsstore): the index decides every change under its queue's lock, and
 // the Persister makes the change durable before the index shows it. Both kinds
 // are this one implementation, so they cannot drift apart.
-package memstore
+package index
 
 import (
 	"bytes"

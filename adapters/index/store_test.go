@@ -1,4 +1,4 @@
-package memstore_test
+package index_test
 
 import (
 	"context"
@@ -10,14 +10,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/taskhoster/taskhoster/adapters/memstore"
+	"github.com/taskhoster/taskhoster/adapters/index"
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
 	"github.com/taskhoster/taskhoster/tests/contract"
 )
 
 func TestContract(t *testing.T) {
-	contract.TestRepository(t, func(t *testing.T) ports.TaskRepository { return memstore.New() })
+	contract.TestRepository(t, func(t *testing.T) ports.TaskRepository { return index.New() })
 }
 
 // recorder is a Persister that notes each call and fails while err is set.
@@ -26,7 +26,7 @@ type recorder struct {
 	err   error
 }
 
-var _ memstore.Persister = (*recorder)(nil)
+var _ index.Persister = (*recorder)(nil)
 
 func (r *recorder) Put(old *domain.Task, t domain.Task, data []byte) error {
 	from := "new"
@@ -50,7 +50,7 @@ func (r *recorder) Remove(t domain.Task) error {
 func TestPersister(t *testing.T) {
 	ctx := context.Background()
 	p := &recorder{}
-	s := memstore.New(memstore.WithPersister(p))
+	s := index.New(index.WithPersister(p))
 	now := time.UnixMilli(1751500000000)
 	posted, _ := domain.Post("a000000000000001", "task.example.com", "resize", json.RawMessage(`{}`), "alice", now)
 	k := ports.KeyOf(posted)
@@ -140,7 +140,7 @@ func TestWritesRunOutsideTheLock(t *testing.T) {
 	ctx := context.Background()
 	now := time.UnixMilli(1751500000000)
 	g := &gate{id: "a000000000000001", entered: make(chan struct{}), open: make(chan struct{})}
-	s := memstore.New(memstore.WithPersister(g))
+	s := index.New(index.WithPersister(g))
 	var keys []ports.Key
 	for n := range 2 {
 		posted, _ := domain.Post(fmt.Sprintf("a00000000000000%d", n+1), "task.example.com", "resize", json.RawMessage(`{}`), "alice", now.Add(time.Duration(n)*time.Second))
@@ -199,7 +199,7 @@ func TestWritesRunOutsideTheLock(t *testing.T) {
 // many claims ask, and a task again when it comes back to pending.
 func TestQueryTestsEachTaskOnce(t *testing.T) {
 	ctx := context.Background()
-	s := memstore.New()
+	s := index.New()
 	now := time.UnixMilli(1751500000000)
 	post := func(n int, item string) ports.Key {
 		t.Helper()

@@ -1,4 +1,4 @@
-package memstore_test
+package index_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/taskhoster/taskhoster/adapters/memstore"
+	"github.com/taskhoster/taskhoster/adapters/index"
 	"github.com/taskhoster/taskhoster/adapters/schema"
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
@@ -68,13 +68,13 @@ func benchClaim(t *domain.Task) error {
 // depthRig is a queue with a pending backlog that a claim query (kind
 // "video") does not match, for timing claims at that depth (issue 6).
 type depthRig struct {
-	s      *memstore.Store
+	s      *index.Store
 	videos ports.Matcher
 	next   int
 }
 
 func newDepthRig(b *testing.B, depth int) *depthRig {
-	r := &depthRig{s: memstore.New(), videos: kindQuery(b, "video"), next: depth}
+	r := &depthRig{s: index.New(), videos: kindQuery(b, "video"), next: depth}
 	for n := range depth {
 		if _, err := r.s.Load(benchTask(b, n, "image")); err != nil {
 			b.Fatal(err)
@@ -158,7 +158,7 @@ func reportQuantiles(b *testing.B, took []time.Duration) {
 func BenchmarkIndexMemory(b *testing.B) {
 	const tasks = 100_000
 	before := heapInUse()
-	s := memstore.New()
+	s := index.New()
 	itemBytes := 0
 	for n := range tasks {
 		t := benchTask(b, n, "image")
