@@ -14,8 +14,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/taskhoster/taskhoster/adapters/clock"
-	"github.com/taskhoster/taskhoster/adapters/memlog"
 	"github.com/taskhoster/taskhoster/adapters/index"
+	"github.com/taskhoster/taskhoster/adapters/memlog"
 	"github.com/taskhoster/taskhoster/adapters/notify"
 	"github.com/taskhoster/taskhoster/adapters/schema"
 	"github.com/taskhoster/taskhoster/app"
