@@ -10,25 +10,6 @@ import (
 	"github.com/taskhoster/taskhoster/domain"
 )
 
-// QueueRef names one queue of one host.
-type QueueRef struct {
-	Host  string
-	Queue string
-}
-
-// Key names one task.
-type Key struct {
-	Host  string
-	Queue string
-	ID    string
-}
-
-// Ref is the queue k belongs to.
-func (k Key) Ref() QueueRef { return QueueRef{Host: k.Host, Queue: k.Queue} }
-
-// KeyOf is the key of t.
-func KeyOf(t domain.Task) Key { return Key{Host: t.Host, Queue: t.Queue, ID: t.ID} }
-
 // Counts is how many tasks a queue holds in each state directory.
 type Counts struct {
 	Pending    int `json:"pending"`
@@ -62,26 +43,26 @@ type TaskRepository interface {
 	// Create stores a new task. It fails if the id is already taken.
 	Create(ctx context.Context, t domain.Task, then Then) error
 	// Get returns the current record of a task.
-	Get(ctx context.Context, k Key) (domain.Task, error)
+	Get(ctx context.Context, k domain.Key) (domain.Task, error)
 	// Update applies fn to the current record and stores the result in the
 	// state its status names, as one atomic step with respect to every other
 	// change. If fn returns an error nothing is stored, and Update returns
 	// the unchanged current record together with fn's error (callers read
 	// the status from it to explain a refusal).
-	Update(ctx context.Context, k Key, fn func(*domain.Task) error, then Then) (domain.Task, error)
+	Update(ctx context.Context, k domain.Key, fn func(*domain.Task) error, then Then) (domain.Task, error)
 	// ClaimNext applies fn, as Update does, to the oldest pending task of q
 	// (by postedAt, then id) whose item m matches (nil m matches all). It
 	// returns domain.ErrNotFound when no pending task matches.
-	ClaimNext(ctx context.Context, q QueueRef, m Matcher, fn func(*domain.Task) error, then Then) (domain.Task, error)
+	ClaimNext(ctx context.Context, q domain.QueueRef, m Matcher, fn func(*domain.Task) error, then Then) (domain.Task, error)
 	// Delete removes a task for good (retention), if check (when not nil)
 	// approves of its current record; otherwise it returns check's error.
-	Delete(ctx context.Context, k Key, check func(domain.Task) error, then Then) error
+	Delete(ctx context.Context, k domain.Key, check func(domain.Task) error, then Then) error
 	// Each calls fn with each task of q in the state directory dir
 	// ("pending", "processing" or "done") until fn returns false. Pending
 	// tasks come in claim order. fn must not call back into the repository.
-	Each(ctx context.Context, q QueueRef, dir string, fn func(domain.Task) bool) error
+	Each(ctx context.Context, q domain.QueueRef, dir string, fn func(domain.Task) bool) error
 	// Counts reports how many tasks q holds in each state directory.
-	Counts(q QueueRef) Counts
+	Counts(q domain.QueueRef) Counts
 }
 
 // Then is told of a change once it is stored (see TaskRepository).
@@ -114,7 +95,7 @@ type Notifier interface {
 	Publish(ev domain.Event)
 	// Wait puts a claim in q's line for work. Join before looking for a
 	// task, so that one posted in between is not missed.
-	Wait(q QueueRef) Waiter
+	Wait(q domain.QueueRef) Waiter
 }
 
 // Waiter is a claim in line for work. Each task that becomes pending

@@ -1,0 +1,84 @@
+package domain
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+)
+
+// The configuration model: what a hosts folder declares, once it is loaded and
+// its schemas compiled. The rules on it (who may do what, whose token this
+// is) live here with the rest of the domain; reading the folder is
+// adapters/folderconfig's job.
+
+// Schema is a compiled JSON Schema.
+type Schema interface {
+	// Validate checks a JSON document and lists every violation (none: valid).
+	// The document must already be valid JSON.
+	Validate(doc json.RawMessage) []Violation
+}
+
+// Queue is one served queue: a valid queue file, compiled.
+type Queue struct {
+	Host     string
+	Name     string
+	Settings Settings
+	Access   Access
+	// The compiled schemas, and their source for GET /{queue}.
+	Item, Progress, Result          Schema
+	ItemRaw, ProgressRaw, ResultRaw json.RawMessage
+}
+
+// Ref names q.
+func (q *Queue) Ref() QueueRef { return QueueRef{Host: q.Host, Queue: q.Name} }
+
+// User is a host's user. A user refused for a shared token has no token: the
+// name still counts in access lists, but nobody can authenticate as it.
+type User struct {
+	Name  string
+	Token string
+}
+
+// Host is one served host folder.
+type Host struct {
+	Name   string
+	Queues map[string]*Queue
+	Users  map[string]User
+}
+
+// Authenticate returns the name of the user whose token this is. Every
+// user's token is compared in constant time, so the time taken does not say
+// how close a guess came, nor which user it matched.
+func (h *Host) Authenticate(token string) (string, bool) {
+	if token == "" {
+		return "", false
+	}
+	name, found := "", 0
+	for _, u := range h.Users {
+		if u.Token == "" {
+			continue
+		}
+		if subtle.ConstantTimeCompare([]byte(u.Token), []byte(token)) == 1 {
+			name, found = u.Name, found+1
+		}
+	}
+	return name, found == 1
+}
+
+// QueueRef names one queue of one host.
+type QueueRef struct {
+	Host  string
+	Queue string
+}
+
+// Key names one task.
+type Key struct {
+	Host  string
+	Queue string
+	ID    string
+}
+
+// Ref is the queue k belongs to.
+func (k Key) Ref() QueueRef { return QueueRef{Host: k.Host, Queue: k.Queue} }
+
+// KeyOf is the key of t.
+func KeyOf(t Task) Key { return Key{Host: t.Host, Queue: t.Queue, ID: t.ID} }
