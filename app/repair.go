@@ -180,8 +180,8 @@ func (s *Service) recentChanges(ctx context.Context, q domain.QueueRef) ([]domai
 		})
 		recent = recent[:min(len(recent), repairMaxRecent)]
 	}
-	for _, dir := range domain.Dirs {
-		err := s.repo.Each(ctx, q, dir, func(t domain.Task) bool {
+	for _, st := range domain.Stages {
+		err := s.repo.Each(ctx, q, st, func(t domain.Task) bool {
 			c := changedAt(t)
 			if c < newest-repairRecent.Milliseconds() {
 				return true

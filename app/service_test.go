@@ -200,9 +200,9 @@ type eachCounter struct {
 	done int
 }
 
-func (c *eachCounter) Each(ctx context.Context, q domain.QueueRef, dir string, fn func(domain.Task) bool) error {
-	return c.TaskRepository.Each(ctx, q, dir, func(t domain.Task) bool {
-		if dir == "done" {
+func (c *eachCounter) Each(ctx context.Context, q domain.QueueRef, st domain.Stage, fn func(domain.Task) bool) error {
+	return c.TaskRepository.Each(ctx, q, st, func(t domain.Task) bool {
+		if st == domain.StageDone {
 			c.done++
 		}
 		return fn(t)

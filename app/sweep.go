@@ -35,7 +35,7 @@ func (s *Service) sweepQueue(ctx context.Context, q *domain.Queue) error {
 	// Pending tasks come oldest first, so the first one too young to time
 	// out ends the pass: the sweep costs what it finds, not the queue's depth.
 	var timedOut, requeue, clean []string
-	err := s.repo.Each(ctx, ref, "pending", func(t domain.Task) bool {
+	err := s.repo.Each(ctx, ref, domain.StagePending, func(t domain.Task) bool {
 		if domain.DueAt(t, q.Settings, now) != domain.DueTimeout {
 			return false
 		}
@@ -45,7 +45,7 @@ func (s *Service) sweepQueue(ctx context.Context, q *domain.Queue) error {
 	if err != nil {
 		return err
 	}
-	err = s.repo.Each(ctx, ref, "processing", func(t domain.Task) bool {
+	err = s.repo.Each(ctx, ref, domain.StageProcessing, func(t domain.Task) bool {
 		switch domain.DueAt(t, q.Settings, now) {
 		case domain.DueTimeout:
 			timedOut = append(timedOut, t.ID)
@@ -57,7 +57,7 @@ func (s *Service) sweepQueue(ctx context.Context, q *domain.Queue) error {
 	if err != nil {
 		return err
 	}
-	err = s.repo.Each(ctx, ref, "done", func(t domain.Task) bool {
+	err = s.repo.Each(ctx, ref, domain.StageDone, func(t domain.Task) bool {
 		if domain.TooYoungToClean(t.PostedAt, q.Settings, now) {
 			return false // and so is every task posted after it
 		}

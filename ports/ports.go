@@ -10,11 +10,11 @@ import (
 	"github.com/taskhoster/taskhoster/domain"
 )
 
-// Counts is how many tasks a queue holds in each state directory.
+// Counts is how many tasks a queue holds in each stage.
 type Counts struct {
-	Pending    int `json:"pending"`
-	Processing int `json:"processing"`
-	Done       int `json:"done"`
+	Pending    int
+	Processing int
+	Done       int
 }
 
 // Matcher decides whether a worker's claim query accepts an item.
@@ -57,10 +57,10 @@ type TaskRepository interface {
 	// Delete removes a task for good (retention), if check (when not nil)
 	// approves of its current record; otherwise it returns check's error.
 	Delete(ctx context.Context, k domain.Key, check func(domain.Task) error, then Then) error
-	// Each calls fn with each task of q in the state directory dir
-	// ("pending", "processing" or "done") until fn returns false. Pending
-	// tasks come in claim order. fn must not call back into the repository.
-	Each(ctx context.Context, q domain.QueueRef, dir string, fn func(domain.Task) bool) error
+	// Each calls fn with each task of q in stage st until fn returns false.
+	// Pending tasks come in claim order, the others by (postedAt, id). fn
+	// must not call back into the repository.
+	Each(ctx context.Context, q domain.QueueRef, st domain.Stage, fn func(domain.Task) bool) error
 	// Counts reports how many tasks q holds in each state directory.
 	Counts(q domain.QueueRef) Counts
 }

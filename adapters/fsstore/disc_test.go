@@ -201,7 +201,7 @@ func TestReopen(t *testing.T) {
 		t.Errorf("counts after reopen = %+v, want %+v", got, want)
 	}
 	var order []string
-	_ = again.Each(ctx, ref, "pending", func(t domain.Task) bool { order = append(order, t.ID); return true })
+	_ = again.Each(ctx, ref, domain.StagePending, func(t domain.Task) bool { order = append(order, t.ID); return true })
 	if diff := cmp.Diff([]string{taskID(0), taskID(4), taskID(5)}, order); diff != "" {
 		t.Errorf("pending order after reopen (-want +got):\n%s", diff)
 	}

@@ -175,9 +175,9 @@ func TestChurnLeavesDiscAndIndexAgreeing(t *testing.T) {
 
 	want := map[string]string{}
 	index := map[string]domain.Task{}
-	for _, d := range domain.Dirs {
-		if err := s.Each(ctx, ref, d, func(t domain.Task) bool {
-			want[host+"/"+queue+"/"+d+"/"+t.ID+".json"] = string(domain.EncodeTask(t))
+	for _, st := range domain.Stages {
+		if err := s.Each(ctx, ref, st, func(t domain.Task) bool {
+			want[host+"/"+queue+"/"+st.String()+"/"+t.ID+".json"] = string(domain.EncodeTask(t))
 			index[t.ID] = t
 			return true
 		}); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/taskhoster/taskhoster/app"
 	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
 )
 
 // envelopeSlack is what a progress or result body may hold beyond its
@@ -71,8 +72,13 @@ func (a *API) queueInfo(w http.ResponseWriter, r *http.Request) {
 		"schemas": map[string]json.RawMessage{
 			"item": q.ItemRaw, "progress": q.ProgressRaw, "result": q.ResultRaw,
 		},
-		"counts": a.svc.Counts(q),
+		"counts": countsView(a.svc.Counts(q)),
 	})
+}
+
+// countsView is the JSON shape of a queue's counts (SPEC §3).
+func countsView(c ports.Counts) map[string]int {
+	return map[string]int{"pending": c.Pending, "processing": c.Processing, "done": c.Done}
 }
 
 type claimRequest struct {

@@ -14,7 +14,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/taskhoster/taskhoster/domain"
@@ -272,11 +271,11 @@ func (s *Store) Delete(ctx context.Context, k domain.Key, check func(domain.Task
 	return then.Call(t)
 }
 
-// Each calls fn with a copy of each task in dir, ordered by (postedAt, id),
-// until fn returns false. The queue is locked meanwhile.
-func (s *Store) Each(ctx context.Context, ref domain.QueueRef, dir string, fn func(domain.Task) bool) error {
-	if !slices.Contains(domain.Dirs, dir) {
-		return domain.E(domain.KindInvalid, "invalid_dir", "no state directory %q", dir)
+// Each calls fn with a copy of each task in stage st, ordered by (postedAt,
+// id), until fn returns false. The queue is locked meanwhile.
+func (s *Store) Each(ctx context.Context, ref domain.QueueRef, st domain.Stage, fn func(domain.Task) bool) error {
+	if !st.Valid() {
+		return domain.E(domain.KindInvalid, "invalid_stage", "no stage %d", st)
 	}
 	q := s.lookup(ref, false)
 	if q == nil {
@@ -285,7 +284,7 @@ func (s *Store) Each(ctx context.Context, ref domain.QueueRef, dir string, fn fu
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var err error
-	q.dirs[slices.Index(domain.Dirs, dir)].Ascend(func(e *entry) bool {
+	q.dirs[st].Ascend(func(e *entry) bool {
 		if err = ctx.Err(); err != nil {
 			return false
 		}

@@ -196,16 +196,16 @@ func testClaimMatchersAgainstModel(t *testing.T, r ports.TaskRepository) {
 	}
 	matchers = append(matchers, nil)
 
-	ids := func(dir string) []string {
+	ids := func(st domain.Stage) []string {
 		var got []string
-		if err := r.Each(ctx, ref, dir, func(t domain.Task) bool { got = append(got, t.ID); return true }); err != nil {
+		if err := r.Each(ctx, ref, st, func(t domain.Task) bool { got = append(got, t.ID); return true }); err != nil {
 			t.Fatalf("each: %v", err)
 		}
 		return got
 	}
 	oldest := func(m ports.Matcher) string {
 		var found string
-		if err := r.Each(ctx, ref, "pending", func(t domain.Task) bool {
+		if err := r.Each(ctx, ref, domain.StagePending, func(t domain.Task) bool {
 			if m == nil || m.Match(t.Item) {
 				found = t.ID
 				return false
@@ -216,8 +216,8 @@ func testClaimMatchersAgainstModel(t *testing.T, r ports.TaskRepository) {
 		}
 		return found
 	}
-	pick := func(dir string) (domain.Key, bool) {
-		list := ids(dir)
+	pick := func(st domain.Stage) (domain.Key, bool) {
+		list := ids(st)
 		if len(list) == 0 {
 			return domain.Key{}, false
 		}
@@ -242,13 +242,13 @@ func testClaimMatchersAgainstModel(t *testing.T, r ports.TaskRepository) {
 				t.Fatalf("step %d: claim by %q took %q, want %q", step, key, got, want)
 			}
 		case op < 9:
-			if k, ok := pick("processing"); ok {
+			if k, ok := pick(domain.StageProcessing); ok {
 				if _, err := r.Update(ctx, k, requeue(at(now)), nil); err != nil {
 					t.Fatalf("requeue: %v", err)
 				}
 			}
 		default:
-			k, ok := pick("pending")
+			k, ok := pick(domain.StagePending)
 			if !ok {
 				continue
 			}

@@ -504,41 +504,41 @@ func testEach(t *testing.T, r ports.TaskRepository) {
 	if _, err := r.Update(ctx, key(4), claim("box-1", at(60)), nil); err != nil {
 		t.Fatalf("claim: %v", err)
 	}
-	ids := func(dir string, limit int) []string {
+	ids := func(st domain.Stage, limit int) []string {
 		t.Helper()
 		var got []string
-		err := r.Each(ctx, ref, dir, func(task domain.Task) bool {
-			if task.Status.Dir() != dir {
-				t.Errorf("Each(%s) gave task %s in status %s", dir, task.ID, task.Status)
+		err := r.Each(ctx, ref, st, func(task domain.Task) bool {
+			if task.Status.Stage() != st {
+				t.Errorf("Each(%s) gave task %s in status %s", st, task.ID, task.Status)
 			}
 			got = append(got, task.ID)
 			return len(got) < limit
 		})
 		if err != nil {
-			t.Fatalf("each %s: %v", dir, err)
+			t.Fatalf("each %s: %v", st, err)
 		}
 		return got
 	}
-	if diff := cmp.Diff([]string{ID(1), ID(3), ID(2), ID(0)}, ids("pending", 100)); diff != "" {
+	if diff := cmp.Diff([]string{ID(1), ID(3), ID(2), ID(0)}, ids(domain.StagePending, 100)); diff != "" {
 		t.Errorf("pending in claim order (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{ID(1), ID(3)}, ids("pending", 2)); diff != "" {
+	if diff := cmp.Diff([]string{ID(1), ID(3)}, ids(domain.StagePending, 2)); diff != "" {
 		t.Errorf("Each did not stop when fn returned false (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{ID(4)}, ids("processing", 100)); diff != "" {
+	if diff := cmp.Diff([]string{ID(4)}, ids(domain.StageProcessing, 100)); diff != "" {
 		t.Errorf("processing (-want +got):\n%s", diff)
 	}
-	if got := ids("done", 100); len(got) != 0 {
+	if got := ids(domain.StageDone, 100); len(got) != 0 {
 		t.Errorf("done = %v, want none", got)
 	}
-	if err := r.Each(ctx, domain.QueueRef{Host: Host, Queue: "other"}, "pending", func(domain.Task) bool {
+	if err := r.Each(ctx, domain.QueueRef{Host: Host, Queue: "other"}, domain.StagePending, func(domain.Task) bool {
 		t.Error("Each called fn for an unknown queue")
 		return true
 	}); err != nil {
 		t.Errorf("each of an unknown queue: %v", err)
 	}
-	if err := r.Each(ctx, ref, "../pending", func(domain.Task) bool { return true }); err == nil {
-		t.Error("Each accepted a directory that is not a state")
+	if err := r.Each(ctx, ref, domain.Stage(7), func(domain.Task) bool { return true }); err == nil {
+		t.Error("Each accepted a stage that does not exist")
 	}
 }
 
@@ -594,7 +594,7 @@ func testCopies(t *testing.T, r ports.TaskRepository) {
 		t.Fatalf("update: %v", err)
 	}
 	scribble(&updated)
-	if err := r.Each(ctx, ref, "processing", func(t domain.Task) bool { scribble(&t); return true }); err != nil {
+	if err := r.Each(ctx, ref, domain.StageProcessing, func(t domain.Task) bool { scribble(&t); return true }); err != nil {
 		t.Fatalf("each: %v", err)
 	}
 	if diff := cmp.Diff(want, mustGet(t, r, key(1))); diff != "" {
