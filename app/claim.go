@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -13,92 +14,60 @@ import (
 	"github.com/taskhoster/taskhoster/ports"
 )
 
-// MaxWait is the longest a claim may wait for work (SPEC §3: wait 0 to 60 s).
+// MaxWait is the longest a claim over HTTP may wait for work (SPEC §3:
+// wait 0 to 60 s).
 const MaxWait = 60 * time.Second
 
+// WaitForever has a claim wait until its ctx ends (a worker socket's claims).
+const WaitForever = time.Duration(math.MaxInt64)
+
 // Claim leases to worker the oldest pending task whose item matches query
-// (nil: any). With no such task it waits up to wait for one to be posted or
-// re-queued, and returns domain.ErrNotFound if none came. A claim needs no
-// flush: if it is lost in a crash the task is simply pending again.
+// (nil: any). It is the one claim of HTTP and the worker socket alike. With
+// no such task it waits up to wait (0: not at all) for one to be posted or
+// re-queued, and returns domain.ErrNotFound if none came, or at once when
+// the server drains; if ctx ends first, ctx's error. ctx only ends the
+// waiting: a claim once begun runs to its end, task moved and event logged,
+// and the caller then holds the task. A claim needs no flush: if it is lost
+// in a crash the task is simply pending again.
 func (s *Service) Claim(ctx context.Context, q *domain.Queue, worker string, query json.RawMessage, wait time.Duration) (domain.Task, error) {
 	m, err := s.queries.matcher(query)
 	if err != nil {
 		return domain.Task{}, err
 	}
 	t, err := s.claimNow(ctx, q, worker, m)
-	if !errors.Is(err, domain.ErrNotFound) || wait <= 0 {
+	if !errors.Is(err, domain.ErrNotFound) || wait <= 0 || s.drained.Err() != nil {
 		return t, err
 	}
-	release, err := s.HoldWaiter()
+	release, err := s.holdWaiter()
 	if err != nil {
 		return domain.Task{}, err
 	}
 	defer release()
-	waitCtx, cancel := context.WithTimeout(ctx, wait)
+
+	waitCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	t, err = s.Await(waitCtx, q, worker, m)
-	if err != nil && ctx.Err() == nil && waitCtx.Err() != nil {
-		return domain.Task{}, domain.ErrNotFound // waited long enough
+	if wait < WaitForever {
+		waitCtx, cancel = context.WithTimeout(waitCtx, wait)
+		defer cancel()
 	}
-	return t, err
-}
-
-// Await claims a task for worker that m accepts, waiting in the queue's
-// line for as long as it takes: until a task comes, ctx ends (its error is
-// returned) or the server drains (domain.ErrNotFound). ctx only ends the
-// waiting: a claim once begun runs to its end, task moved and event logged,
-// and the caller then holds the task.
-func (s *Service) Await(ctx context.Context, q *domain.Queue, worker string, m ports.Matcher) (domain.Task, error) {
-	var acting ports.Waiter // the woken waiter whose wake this look uses
-	for {
-		if err := ctx.Err(); err != nil {
-			if acting != nil {
-				s.passOn(q, acting)
-			}
-			return domain.Task{}, err
+	defer context.AfterFunc(s.drained, cancel)()
+	err = s.notifier.Await(waitCtx, q.Ref(), func() (bool, error) {
+		got, err := s.claimNow(context.WithoutCancel(ctx), q, worker, m)
+		if errors.Is(err, domain.ErrNotFound) {
+			return false, nil
 		}
-		// Join the line before looking, so a task posted between the look
-		// and the wait still wakes us.
-		w := s.notifier.Wait(q.Ref())
-		t, err := s.claimNow(context.WithoutCancel(ctx), q, worker, m)
-		if acting != nil && err != nil {
-			s.passOn(q, acting) // woken in vain: the next in line may want it
-		}
-		acting = nil
-		if err == nil || !errors.Is(err, domain.ErrNotFound) {
-			// Woken while looking, w hands its wake on: the task taken (if
-			// any) may be an older one.
-			s.leave(q, w)
-			return t, err
-		}
-		select {
-		case <-w.Woken():
-			w.Leave()
-			acting = w
-		case <-s.draining:
-			s.leave(q, w)
-			return domain.Task{}, domain.ErrNotFound
-		case <-ctx.Done():
-			s.leave(q, w)
-			return domain.Task{}, ctx.Err()
-		}
+		t = got
+		return err == nil, err
+	})
+	switch {
+	case err == nil:
+		return t, nil
+	case ctx.Err() != nil:
+		return domain.Task{}, ctx.Err()
+	case waitCtx.Err() != nil:
+		return domain.Task{}, domain.ErrNotFound // waited long enough, or draining
 	}
-}
-
-// leave takes w out of the line without using a wake it may have got.
-func (s *Service) leave(q *domain.Queue, w ports.Waiter) {
-	if w.Leave() {
-		s.passOn(q, w)
-	}
-}
-
-// passOn hands a wake that w did not use to the next claim in line, unless
-// nothing is pending any more: then whoever took the task used the wake, and
-// handing it on would only wake claims to find nothing.
-func (s *Service) passOn(q *domain.Queue, w ports.Waiter) {
-	if s.repo.Counts(q.Ref()).Pending > 0 {
-		w.PassOn()
-	}
+	return domain.Task{}, err
 }
 
 func (s *Service) claimNow(ctx context.Context, q *domain.Queue, worker string, m ports.Matcher) (domain.Task, error) {

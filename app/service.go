@@ -58,10 +58,10 @@ type Service struct {
 	waiting    atomic.Int64 // claims parked waiting for work
 	maxWaiting int64
 
-	// draining is closed when the server begins to shut down, so that claims
+	// drained ends when the server begins to shut down, so that claims
 	// waiting for work answer at once instead of holding the shutdown up.
-	drainOnce sync.Once
-	draining  chan struct{}
+	drained context.Context
+	drain   context.CancelFunc
 }
 
 // New builds a Service.
@@ -75,20 +75,21 @@ func New(d Deps) *Service {
 	if d.MaxWaiting <= 0 {
 		d.MaxWaiting = DefaultMaxWaiting
 	}
+	drained, drain := context.WithCancel(context.Background())
 	return &Service{
 		maxWaiting: int64(d.MaxWaiting),
 		repo:       d.Repo, syncer: d.Syncer, log: d.Log, notifier: d.Notifier,
 		clock: d.Clock, observer: d.Observer, logger: d.Logger,
-		queries:  newQueryCache(d.Compiler, 512),
-		draining: make(chan struct{}),
+		queries: newQueryCache(d.Compiler, 512),
+		drained: drained, drain: drain,
 	}
 }
 
-// HoldWaiter takes one of the server's slots for a claim that waits for
+// holdWaiter takes one of the server's slots for a claim that waits for
 // work, or refuses with 503 too_many_waiting when all are taken: memory for
 // waiting claims is bounded whoever sends them. Call release when the claim
 // stops waiting.
-func (s *Service) HoldWaiter() (release func(), err error) {
+func (s *Service) holdWaiter() (release func(), err error) {
 	if s.waiting.Add(1) > s.maxWaiting {
 		s.waiting.Add(-1)
 		return nil, errTooManyWaiting
@@ -102,7 +103,7 @@ var errTooManyWaiting = domain.E(domain.KindUnavailable, "too_many_waiting",
 
 // Drain makes every waiting claim return now and every later claim answer
 // without waiting. Called once shutdown begins.
-func (s *Service) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
+func (s *Service) Drain() { s.drain() }
 
 // rule is one domain transition of a stored task at now: the task after it
 // and the event it caused, or a refusal.

@@ -362,10 +362,18 @@ type joinTracker struct {
 	joined chan struct{}
 }
 
-func (j joinTracker) Wait(q domain.QueueRef) ports.Waiter {
-	w := j.Hub.Wait(q)
-	j.joined <- struct{}{}
-	return w
+// Await tells of the join once the claim's first look found nothing: it is
+// in line by then, so a task posted afterwards wakes it or the next.
+func (j joinTracker) Await(ctx context.Context, q domain.QueueRef, try func() (bool, error)) error {
+	first := true
+	return j.Hub.Await(ctx, q, func() (bool, error) {
+		claimed, err := try()
+		if first {
+			first = false
+			j.joined <- struct{}{}
+		}
+		return claimed, err
+	})
 }
 
 // One task wakes one waiting claim. When that claim's query does not match,

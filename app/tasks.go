@@ -205,23 +205,3 @@ func (s *Service) ReportCorrupt(ctx context.Context, host, queue, id string) err
 
 func ptr[T any](v T) *T { return &v }
 
-// Follow reads a task and calls subscribe in one step with respect to every
-// transition of its queue, so a subscription taken in subscribe sees exactly
-// the changes that come after the task returned: none twice, none missed.
-func (s *Service) Follow(ctx context.Context, q *domain.Queue, id string, subscribe func()) (domain.Task, error) {
-	if !domain.ValidID(id) {
-		return domain.Task{}, domain.ErrNotFound
-	}
-	// An update that changes nothing: its fn runs with no change of the
-	// task in flight, and every later change's event comes after it.
-	t, err := s.repo.Update(ctx, key(q, id), func(*domain.Task) error {
-		subscribe()
-		return errFollowed
-	}, nil)
-	if errors.Is(err, errFollowed) {
-		err = nil
-	}
-	return t, err
-}
-
-var errFollowed = errors.New("followed")

@@ -25,20 +25,40 @@ type Matcher interface {
 	Match(item json.RawMessage) bool
 }
 
-// TaskRepository stores tasks, one record per id, and keeps them indexed in
-// memory so that no call lists a directory. Writes are atomic (a reader never
-// sees half a record) but are durable only once Syncer.Sync returns.
+// TaskRepository stores tasks, one record per id. It is written so that a
+// store with no index in memory (a database) can meet it as well as the file
+// store does; tests/contract holds every store to it.
 //
-// Each change (Create, Update, ClaimNext, Delete) may take a Then, which is
-// called with the record just stored (for Delete, the record removed) once
-// the change is stored, before any later change of the queue is indexed:
-// the Then calls of one queue run one at a time, in the order the changes
-// were stored. That is where a caller logs and announces a change, so that
-// everyone sees a task's changes in store order. If Then fails, the change
-// stays stored and its error is returned. Neither fn nor Then may call back
-// into the repository.
+// Atomicity. Each change (Create, Update, ClaimNext, Delete) is one atomic
+// step with respect to every other change of the same task: fn sees the
+// current record and what it leaves is stored whole or not at all. A reader
+// never sees half a record. Whoever wins a race (two claims of one task, a
+// result against a timeout) is decided here, by fn running on the record
+// that is current at that moment.
 //
-// Errors: domain.ErrNotFound for a missing task; whatever fn returns, unchanged.
+// Then. Each change may take a Then, called with the record just stored
+// (for Delete, the record removed) once the change is stored and before any
+// later change of the same queue is stored: the Then calls of one queue run
+// one at a time, in store order. A Get sees a change only once its Then has
+// returned. That is where a caller logs and announces a change, so that
+// everyone sees a task's changes in store order, and a watcher that
+// subscribes before it reads misses nothing (app.Service.Watch). If Then
+// fails, the change stays stored and its error is returned. Neither fn nor
+// Then may call back into the repository.
+//
+// Durability. A change is durable only once Syncer.Sync returns.
+//
+// Cost and contexts. Every call takes a context except Counts: a store
+// across a network may block on any of them, and must give up when ctx
+// ends. Get, Update, Create and Delete touch one task; ClaimNext may test
+// many pending tasks against m before it finds one (the file store's index
+// remembers verdicts per Matcher.Key); Each walks a whole stage and is for
+// the sweep and the start-up repair, never for a request. Counts must be
+// cheap (an index or a maintained count), as metrics and the claim line's
+// hand-on call it often.
+//
+// Errors: domain.ErrNotFound for a missing task; whatever fn returns,
+// unchanged; a store that cannot be reached, a domain.KindUnavailable error.
 type TaskRepository interface {
 	// Create stores a new task. It fails if the id is already taken.
 	Create(ctx context.Context, t domain.Task, then Then) error
@@ -61,7 +81,7 @@ type TaskRepository interface {
 	// Pending tasks come in claim order, the others by (postedAt, id). fn
 	// must not call back into the repository.
 	Each(ctx context.Context, q domain.QueueRef, st domain.Stage, fn func(domain.Task) bool) error
-	// Counts reports how many tasks q holds in each state directory.
+	// Counts reports how many tasks q holds in each stage.
 	Counts(q domain.QueueRef) Counts
 }
 
@@ -89,29 +109,33 @@ type EventLog interface {
 	Append(ctx context.Context, ev domain.Event, archive bool) error
 }
 
-// Notifier tells waiting claims and watchers that something changed.
+// Notifier carries the news of stored changes to the claims waiting for
+// work and to the watchers of a task. Publish is called in the change's
+// Then, so news of one queue arrives in store order. A store shared by
+// several servers needs a Notifier that carries news between them.
 type Notifier interface {
 	// Publish announces a transition that has been stored.
 	Publish(ev domain.Event)
-	// Wait puts a claim in q's line for work. Join before looking for a
-	// task, so that one posted in between is not missed.
-	Wait(q domain.QueueRef) Waiter
+	// Await runs try, and again each time a task of q may have become
+	// claimable, until try claims one (nil), fails (its error) or ctx ends
+	// (ctx's error). Each task that becomes claimable wakes one waiting
+	// claim; a wake its try does not use goes on to the next in line, so
+	// no task stays pending while a claim that would take it sleeps.
+	Await(ctx context.Context, q domain.QueueRef, try func() (claimed bool, err error)) error
+	// Subscribe delivers every event of task k published from now on, in
+	// publish order, holding up to buffer unread ones.
+	Subscribe(k domain.Key, buffer int) Subscription
 }
 
-// Waiter is a claim in line for work. Each task that becomes pending
-// (posted or re-queued) wakes one waiter, the one longest in line. The wake
-// is then its claim's to use: if that claim takes no task (another claim was
-// faster, or its query does not match) it must PassOn the wake, or a task
-// could stay pending while a claim that would take it sleeps.
-type Waiter interface {
-	// Woken is closed once the waiter is woken.
-	Woken() <-chan struct{}
-	// Leave takes the waiter out of line and reports whether it had been
-	// woken (possibly just now: the caller then owns that wake too).
-	Leave() (woken bool)
-	// PassOn gives the waiter's wake to the next waiter that joined before
-	// the wake happened. Call it after Leave, for a wake not used.
-	PassOn()
+// Subscription receives the events of one task.
+type Subscription interface {
+	// C delivers the events. It is closed by Close, or when the subscriber
+	// fell more than its buffer behind (then Lost reports true).
+	C() <-chan domain.Event
+	// Lost reports whether events were missed for falling behind.
+	Lost() bool
+	// Close stops the deliveries. Closing twice is harmless.
+	Close()
 }
 
 // Clock tells the time. The domain never reads it; app passes now in.

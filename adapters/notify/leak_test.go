@@ -57,10 +57,10 @@ func TestSubscriptionsLeaveNothingBehind(t *testing.T) {
 func TestLineGoesWhenEmpty(t *testing.T) {
 	h := NewHub()
 	q := domain.QueueRef{Host: "h", Queue: "q"}
-	woken, gone := h.Wait(q), h.Wait(q)
+	woken, gone := h.join(q), h.join(q)
 	h.Publish(domain.Event{Kind: domain.EventPosted, Task: domain.Task{Host: q.Host, Queue: q.Queue, ID: "0000000000000001"}})
-	woken.Leave()
-	gone.Leave()
+	woken.unline()
+	gone.unline()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if len(h.lines) != 0 {

@@ -6,6 +6,7 @@ package notify
 
 import (
 	"container/list"
+	"context"
 	"sync"
 	"sync/atomic"
 
@@ -15,8 +16,7 @@ import (
 
 var _ ports.Notifier = (*Hub)(nil)
 
-// Hub implements ports.Notifier and per-task subscriptions. The zero Hub is
-// not usable; call NewHub.
+// Hub implements ports.Notifier. The zero Hub is not usable; call NewHub.
 type Hub struct {
 	mu sync.Mutex
 	// lines holds, per queue, the claims waiting for a pending task, longest
@@ -25,24 +25,88 @@ type Hub struct {
 	lines map[domain.QueueRef]*list.List
 	// wakes numbers the tasks that became pending, across every queue; a
 	// waiter remembers the number when it joined, so a wake is only ever
-	// handed to waiters that joined before it (see Waiter.PassOn).
+	// handed to waiters that joined before it (see waiter.passOn).
 	wakes uint64
 	// subs holds the live subscriptions of each task; an entry goes when its
 	// last subscription closes or is cut off.
 	subs map[domain.Key]map[*Subscription]struct{}
+	// pending reports whether a queue has a pending task (WithPending).
+	pending func(domain.QueueRef) bool
 }
 
 // NewHub returns an empty Hub.
-func NewHub() *Hub {
-	return &Hub{
+func NewHub(opts ...Option) *Hub {
+	h := &Hub{
 		lines: make(map[domain.QueueRef]*list.List),
 		subs:  make(map[domain.Key]map[*Subscription]struct{}),
 	}
+	for _, o := range opts {
+		o(h)
+	}
+	return h
 }
 
-// Wait puts a claim in q's line for the next task to become pending.
-func (h *Hub) Wait(q domain.QueueRef) ports.Waiter {
-	w := &Waiter{hub: h, q: q, woken: make(chan struct{})}
+// Option configures NewHub.
+type Option func(*Hub)
+
+// WithPending tells the Hub whether q has any pending task, so that a wake
+// a claim did not use is handed on only while there is something to take.
+// Without it every unused wake is handed on, which is correct but wakes
+// claims to find nothing.
+func WithPending(pending func(q domain.QueueRef) bool) Option {
+	return func(h *Hub) { h.pending = pending }
+}
+
+// Await runs try, and again each time a task of q may have become
+// claimable, until try reports it claimed one (Await returns nil), try
+// fails (its error), or ctx ends (ctx's error). try runs in the caller's
+// goroutine and is never interrupted by ctx.
+//
+// Claims wait in line, in the order they began to wait, and each task that
+// becomes pending wakes only the claim longest in line: waking all would
+// have every idle worker queue up for the store's lock to find one task. A
+// claim woken in vain (another claim was faster, or its query does not
+// match) hands the wake on to the next claim that began waiting before the
+// task came; one that began later looked with the task already there. So a
+// chain of hand-ons visits each claim at most once, and no task stays
+// pending while a claim that would take it sleeps (TestLineLosesNoTask).
+func (h *Hub) Await(ctx context.Context, q domain.QueueRef, try func() (claimed bool, err error)) error {
+	var acting *waiter // the woken waiter whose wake this look uses
+	for {
+		if err := ctx.Err(); err != nil {
+			if acting != nil {
+				h.passOn(acting)
+			}
+			return err
+		}
+		// Join the line before looking, so a task posted between the look
+		// and the wait still wakes us.
+		w := h.join(q)
+		claimed, err := try()
+		if acting != nil && !claimed {
+			h.passOn(acting) // woken in vain: the next in line may want it
+		}
+		acting = nil
+		if claimed || err != nil {
+			// Woken while looking, w hands its wake on: the task taken (if
+			// any) may be an older one.
+			h.leave(w)
+			return err
+		}
+		select {
+		case <-w.woken:
+			w.unline()
+			acting = w
+		case <-ctx.Done():
+			h.leave(w)
+			return ctx.Err()
+		}
+	}
+}
+
+// join puts a claim at the end of q's line.
+func (h *Hub) join(q domain.QueueRef) *waiter {
+	w := &waiter{hub: h, q: q, woken: make(chan struct{})}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	w.since = h.wakes
@@ -53,6 +117,21 @@ func (h *Hub) Wait(q domain.QueueRef) ports.Waiter {
 	}
 	w.elem = l.PushBack(w)
 	return w
+}
+
+// leave takes w out of the line, handing on a wake it got and will not use.
+func (h *Hub) leave(w *waiter) {
+	if w.unline() {
+		h.passOn(w)
+	}
+}
+
+// passOn hands w's unused wake to the next claim in line, unless nothing is
+// pending any more: then whoever took the task used the wake.
+func (h *Hub) passOn(w *waiter) {
+	if h.pending == nil || h.pending(w.q) {
+		w.passOn()
+	}
 }
 
 // Publish wakes one claim waiting on the event's queue if the event made its
@@ -90,7 +169,7 @@ func (h *Hub) wakeNext(q domain.QueueRef, n uint64) {
 	if l == nil {
 		return
 	}
-	w := l.Front().Value.(*Waiter)
+	w := l.Front().Value.(*waiter)
 	if w.since >= n {
 		return
 	}
@@ -100,7 +179,7 @@ func (h *Hub) wakeNext(q domain.QueueRef, n uint64) {
 }
 
 // unline takes w out of its queue's line. h.mu is held.
-func (h *Hub) unline(w *Waiter) {
+func (h *Hub) unline(w *waiter) {
 	l := h.lines[w.q]
 	l.Remove(w.elem)
 	w.elem = nil
@@ -109,8 +188,8 @@ func (h *Hub) unline(w *Waiter) {
 	}
 }
 
-// Waiter is one claim in its queue's line (see ports.Waiter).
-type Waiter struct {
+// waiter is one claim in its queue's line.
+type waiter struct {
 	hub   *Hub
 	q     domain.QueueRef
 	since uint64        // the Hub's wakes when it joined
@@ -119,12 +198,9 @@ type Waiter struct {
 	wake  uint64        // the wake it got; 0 for none
 }
 
-// Woken is closed once the waiter is woken.
-func (w *Waiter) Woken() <-chan struct{} { return w.woken }
-
-// Leave takes the waiter out of line, if it is still in it, and reports
-// whether it was woken.
-func (w *Waiter) Leave() (woken bool) {
+// unline takes the waiter out of line, if it is still in it, and reports
+// whether it was woken (possibly just now).
+func (w *waiter) unline() (woken bool) {
 	w.hub.mu.Lock()
 	defer w.hub.mu.Unlock()
 	if w.elem != nil {
@@ -133,10 +209,9 @@ func (w *Waiter) Leave() (woken bool) {
 	return w.wake != 0
 }
 
-// PassOn gives the wake this waiter got to the next waiter in line that
-// joined before that wake, if any. A chain of waiters passing one wake on
-// visits each of them at most once: a waiter that joins again joins after it.
-func (w *Waiter) PassOn() {
+// passOn gives the wake this waiter got to the next waiter in line that
+// joined before that wake, if any. A waiter that joins again joins after it.
+func (w *waiter) passOn() {
 	if w.wake == 0 {
 		return
 	}
@@ -147,7 +222,7 @@ func (w *Waiter) PassOn() {
 
 // Subscribe starts delivering k's events to a new subscription, which holds
 // up to buffer of them (at least 1) until they are read. Close it when done.
-func (h *Hub) Subscribe(k domain.Key, buffer int) *Subscription {
+func (h *Hub) Subscribe(k domain.Key, buffer int) ports.Subscription {
 	s := &Subscription{hub: h, key: k, ch: make(chan domain.Event, max(buffer, 1))}
 	h.mu.Lock()
 	defer h.mu.Unlock()

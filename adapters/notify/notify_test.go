@@ -2,6 +2,7 @@ package notify_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,87 +35,15 @@ func closed(ch <-chan struct{}) bool {
 	}
 }
 
-func TestPostAndRequeueWakeTheFirstWaiterOnly(t *testing.T) {
-	tests := []struct {
-		kind domain.EventKind
-		wake bool
-	}{
-		{domain.EventPosted, true},
-		{domain.EventRequeue, true},
-		{domain.EventClaimed, false},
-		{domain.EventProgress, false},
-		{domain.EventResult, false},
-		{domain.EventFailed, false},
-		{domain.EventTimeout, false},
-		{domain.EventFetched, false},
-		{domain.EventCleaned, false},
-	}
-	for _, tc := range tests {
-		t.Run(string(tc.kind), func(t *testing.T) {
-			h := notify.NewHub()
-			// Joined before the publish, as a claim does before it looks for
-			// a task: the publish must not slip in between unnoticed.
-			first, second := h.Wait(resize), h.Wait(resize)
-			other := h.Wait(thumbs)
-
-			h.Publish(event(resize, "9f2c1a0b7d4e6f83", tc.kind, 0))
-
-			if got := closed(first.Woken()); got != tc.wake {
-				t.Fatalf("first waiter woken = %v, want %v", got, tc.wake)
-			}
-			if closed(second.Woken()) {
-				t.Fatal("one task woke two waiters")
-			}
-			if closed(other.Woken()) {
-				t.Fatal("another queue's waiter was woken")
-			}
-			if got := first.Leave(); got != tc.wake {
-				t.Errorf("first.Leave() = %v, want %v", got, tc.wake)
-			}
-			if second.Leave() || other.Leave() {
-				t.Error("Leave reports a wake that did not happen")
-			}
-		})
-	}
-}
-
-// A wake passed on goes to the next waiter that joined before the task came,
-// never to one that joined after it (that one looked with the task there).
-func TestPassOnSkipsLaterJoiners(t *testing.T) {
-	h := notify.NewHub()
-	a, b := h.Wait(resize), h.Wait(resize)
-	h.Publish(event(resize, "9f2c1a0b7d4e6f83", domain.EventPosted, 0))
-	late := h.Wait(resize)
-	if !a.Leave() {
-		t.Fatal("the first waiter was not woken")
-	}
-	a.PassOn()
-	if !closed(b.Woken()) {
-		t.Fatal("the wake passed on did not reach the next waiter")
-	}
-	b.Leave()
-	b.PassOn()
-	if closed(late.Woken()) {
-		t.Fatal("the wake reached a waiter that joined after the task came")
-	}
-	// Passing on is idempotent in effect: nobody is left who joined before.
-	a.PassOn()
-	if closed(late.Woken()) {
-		t.Fatal("a second PassOn woke a later waiter")
-	}
-	late.Leave()
-}
-
 // A poster and claimers race, and each claimer takes only tasks of one
-// kind, so many wakes land on a claimer that cannot use them. Each claimer
-// follows the protocol of app.Await: join, look, wait; pass on a wake that
-// took nothing. The poster posts the next task only when the last one is
-// taken, so a wake lost anywhere leaves every claimer asleep with a task
-// pending, past the deadline.
+// kind, so many wakes land on a claimer that cannot use them. The poster
+// posts the next task only when the last one is taken, so a wake lost
+// anywhere leaves every claimer asleep with a task pending, past the
+// deadline.
 func TestLineLosesNoTask(t *testing.T) {
 	const posts, perKind = 2000, 2
-	h := notify.NewHub()
 	var available atomic.Int64 // the pending task's number + 1; 0 for none
+	h := notify.NewHub(notify.WithPending(func(domain.QueueRef) bool { return available.Load() > 0 }))
 	took := make(chan struct{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -123,40 +52,18 @@ func TestLineLosesNoTask(t *testing.T) {
 		n := available.Load()
 		return n > 0 && (n-1)%2 == kind && available.CompareAndSwap(n, 0)
 	}
-	passOn := func(w ports.Waiter) {
-		if available.Load() > 0 {
-			w.PassOn()
-		}
-	}
 	var wg sync.WaitGroup
 	for c := range 2 * perKind {
 		kind := int64(c % 2)
 		wg.Go(func() {
-			var acting ports.Waiter
 			for {
-				w := h.Wait(resize)
-				got := takeIfMine(kind)
-				if acting != nil && !got {
-					passOn(acting)
-				}
-				acting = nil
-				if got {
-					if w.Leave() {
-						passOn(w)
-					}
-					select {
-					case took <- struct{}{}:
-					case <-ctx.Done():
-						return
-					}
-					continue
+				err := h.Await(ctx, resize, func() (bool, error) { return takeIfMine(kind), nil })
+				if err != nil {
+					return
 				}
 				select {
-				case <-w.Woken():
-					w.Leave()
-					acting = w
+				case took <- struct{}{}:
 				case <-ctx.Done():
-					w.Leave()
 					return
 				}
 			}
@@ -175,11 +82,35 @@ func TestLineLosesNoTask(t *testing.T) {
 	wg.Wait()
 }
 
+// Await returns try's error, and ctx's once it ends, without a task.
+func TestAwaitEnds(t *testing.T) {
+	h := notify.NewHub()
+	boom := errors.New("boom")
+	if err := h.Await(context.Background(), resize, func() (bool, error) { return false, boom }); !errors.Is(err, boom) {
+		t.Errorf("Await = %v, want try's error", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tries := 0
+	done := make(chan error, 1)
+	go func() {
+		done <- h.Await(ctx, resize, func() (bool, error) { tries++; return false, nil })
+	}()
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Await = %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Await did not end with its context")
+	}
+}
+
 func TestEverySubscriberGetsEveryEventInOrder(t *testing.T) {
 	const subscribers, events = 16, 500
 	h := notify.NewHub()
 	k := domain.Key{Host: resize.Host, Queue: resize.Queue, ID: "9f2c1a0b7d4e6f83"}
-	subs := make([]*notify.Subscription, subscribers)
+	subs := make([]ports.Subscription, subscribers)
 	for i := range subs {
 		subs[i] = h.Subscribe(k, events) // room for all: none may be cut off
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
 
-	"github.com/taskhoster/taskhoster/adapters/notify"
+	"github.com/taskhoster/taskhoster/app"
 	"github.com/taskhoster/taskhoster/domain"
 )
 
@@ -27,12 +27,8 @@ func (s *Sockets) Watch(w http.ResponseWriter, r *http.Request, q *domain.Queue,
 	}
 	defer leave()
 
-	// Read the task and subscribe in one step (app.Service.Follow): every
-	// event the subscription then gets is a change after the first view.
-	var sub *notify.Subscription
-	first, err := s.svc.Follow(r.Context(), q, id, func() {
-		sub = s.hub.Subscribe(domain.Key{Host: q.Host, Queue: q.Name, ID: id}, s.opts.WatchBuffer)
-	})
+	// The task and every change after it (app.Service.Watch).
+	watch, err := s.svc.Watch(r.Context(), q, id, s.opts.WatchBuffer)
 	if err != nil {
 		if errors.Is(err, domain.ErrNotFound) {
 			httpError(w, http.StatusNotFound, domain.ErrNotFound)
@@ -42,7 +38,7 @@ func (s *Sockets) Watch(w http.ResponseWriter, r *http.Request, q *domain.Queue,
 		}
 		return
 	}
-	defer sub.Close()
+	defer watch.Close()
 
 	conn, err := s.upgrader.Upgrade(w, r, nil)
 	if err != nil {
@@ -51,7 +47,7 @@ func (s *Sockets) Watch(w http.ResponseWriter, r *http.Request, q *domain.Queue,
 	conn.SetReadLimit(watchReadLimit)
 	wt := &watcher{
 		peer: newPeer(conn, s.opts, s.stop),
-		s:    s, q: q, id: id, sub: sub, first: first,
+		s:    s, q: q, id: id, watch: watch,
 		logger: s.logger.With(zap.String("host", q.Host), zap.String("queue", q.Name), zap.String("id", id)),
 	}
 	gone := make(chan struct{})
@@ -71,8 +67,7 @@ type watcher struct {
 	s      *Sockets
 	q      *domain.Queue
 	id     string
-	sub    *notify.Subscription
-	first  domain.Task // the task when the subscription began
+	watch  *app.Watch
 	logger *zap.Logger
 }
 
@@ -91,37 +86,35 @@ func (wt *watcher) read() {
 // follow sends the views until the task is terminal or gone, the watcher
 // falls behind, or the socket dies.
 func (wt *watcher) follow() {
-	if wt.first.Status.Terminal() {
-		wt.final(wt.first)
+	first := wt.watch.Task
+	if first.Status.Terminal() {
+		wt.final(first)
 		return
 	}
-	if !wt.sendBytes(encodeView(wt.first.View())) {
+	if !wt.sendBytes(encodeView(first.View())) {
 		return
 	}
 	for {
-		select {
-		case <-wt.ctx.Done():
+		ev, err := wt.watch.Next(wt.ctx)
+		switch {
+		case errors.Is(err, app.ErrWatchLost):
+			// Cut off for falling behind: closing tells the watcher to come
+			// back for a fresh view, where skipping would show a gap.
+			wt.close(websocket.CloseTryAgainLater, "watcher fell behind; watch again")
 			return
-		case ev, ok := <-wt.sub.C():
-			if !ok {
-				// Cut off for falling behind: closing tells the watcher to
-				// come back for a fresh view, where skipping would show a gap.
-				wt.close(websocket.CloseTryAgainLater, "watcher fell behind; watch again")
-				return
-			}
-			switch {
-			case ev.Kind == domain.EventCleaned:
-				wt.close(websocket.CloseNormalClosure, "task cleaned")
-				return
-			case ev.Kind == domain.EventFetched:
-				continue // a fetch changes nothing a producer sees
-			case ev.Task.Status.Terminal():
-				wt.final(ev.Task)
-				return
-			}
-			if !wt.sendBytes(encodeView(ev.Task.View())) {
-				return
-			}
+		case err != nil:
+			return // the socket is gone
+		case ev.Kind == domain.EventCleaned:
+			wt.close(websocket.CloseNormalClosure, "task cleaned")
+			return
+		case ev.Kind == domain.EventFetched:
+			continue // a fetch changes nothing a producer sees
+		case ev.Task.Status.Terminal():
+			wt.final(ev.Task)
+			return
+		}
+		if !wt.sendBytes(encodeView(ev.Task.View())) {
+			return
 		}
 	}
 }

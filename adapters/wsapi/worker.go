@@ -170,31 +170,18 @@ func (w *worker) claim(m message) {
 		w.fail(m.Ref, domain.E(domain.KindInvalid, "too_many_claims", "at most %d claims may be outstanding on one socket", MaxClaims))
 		return
 	}
-	release, err := w.s.svc.HoldWaiter()
-	if err != nil {
-		w.mu.Unlock()
-		w.fail(m.Ref, err)
-		return
-	}
 	w.waiting++
 	w.mu.Unlock()
 	w.claims.Add(1)
-	go w.await(m.Ref, m.Query, release)
+	go w.await(m.Ref, m.Query)
 }
 
 // await claims a task for one claim message, waiting as long as it takes.
 // It stops without taking a task once the socket is gone; a task it took
 // just as the socket died is held like any other, and so re-queued by release.
-func (w *worker) await(ref, query json.RawMessage, release func()) {
+func (w *worker) await(ref, query json.RawMessage) {
 	defer w.claims.Done()
-	defer release()
-	m, err := w.s.svc.CompileQuery(query)
-	if err != nil {
-		w.settle(nil)
-		w.fail(ref, err)
-		return
-	}
-	t, err := w.s.svc.Await(w.ctx, w.q, w.name, m)
+	t, err := w.s.svc.Claim(w.ctx, w.q, w.name, query, app.WaitForever)
 	switch {
 	case err == nil:
 		w.settle(&t)

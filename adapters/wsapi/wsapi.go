@@ -25,7 +25,6 @@ import (
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
 
-	"github.com/taskhoster/taskhoster/adapters/notify"
 	"github.com/taskhoster/taskhoster/app"
 	"github.com/taskhoster/taskhoster/domain"
 )
@@ -89,7 +88,6 @@ func (o Options) withDefaults() Options {
 // the tasks the open worker sockets hold.
 type Sockets struct {
 	svc      *app.Service
-	hub      *notify.Hub
 	opts     Options
 	logger   *zap.Logger
 	upgrader websocket.Upgrader
@@ -101,11 +99,11 @@ type Sockets struct {
 	open   map[string]int // open sockets by host
 }
 
-// New builds the socket endpoints over the use cases and the notifier.
-func New(svc *app.Service, hub *notify.Hub, opts Options) *Sockets {
+// New builds the socket endpoints over the use cases.
+func New(svc *app.Service, opts Options) *Sockets {
 	opts = opts.withDefaults()
 	return &Sockets{
-		svc: svc, hub: hub, opts: opts, logger: opts.Logger,
+		svc: svc, opts: opts, logger: opts.Logger,
 		upgrader: websocket.Upgrader{
 			// Sockets authenticate with a bearer token (header or
 			// ?access_token=), never with a cookie the browser adds on its

@@ -67,7 +67,7 @@ func newFixture(t testing.TB, repo ports.TaskRepository, opts wsapi.Options) *fi
 		Repo: repo, Syncer: durable.None{}, Log: f.log, Notifier: f.hub,
 		Clock: clock.System{}, Compiler: schema.Compiler{},
 	})
-	sockets := wsapi.New(f.svc, f.hub, opts)
+	sockets := wsapi.New(f.svc, opts)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/work", func(w http.ResponseWriter, r *http.Request) {
 		defer func() { f.workEnd <- struct{}{} }()

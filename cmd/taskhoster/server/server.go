@@ -33,6 +33,7 @@ import (
 	"github.com/taskhoster/taskhoster/adapters/schema"
 	"github.com/taskhoster/taskhoster/adapters/wsapi"
 	"github.com/taskhoster/taskhoster/app"
+	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
 )
 
@@ -222,11 +223,11 @@ var EventLogModule = fx.Module("eventlog",
 	}),
 )
 
-// NotifyModule provides the in-process notifier.
+// NotifyModule provides the in-process notifier. It hands on a wake a claim
+// did not use only while the queue still has pending tasks.
 var NotifyModule = fx.Module("notify",
-	fx.Provide(func() (*notify.Hub, ports.Notifier) {
-		h := notify.NewHub()
-		return h, h
+	fx.Provide(func(repo ports.TaskRepository) ports.Notifier {
+		return notify.NewHub(notify.WithPending(func(q domain.QueueRef) bool { return repo.Counts(q).Pending > 0 }))
 	}),
 )
 
@@ -399,8 +400,8 @@ var HTTPModule = fx.Module("httpapi",
 // runs once the listener no longer accepts, and before the event log is
 // flushed and the store closes.
 var WSModule = fx.Module("wsapi",
-	fx.Provide(func(lc fx.Lifecycle, cfg Config, svc *app.Service, hub *notify.Hub, logger *zap.Logger) httpapi.Sockets {
-		s := wsapi.New(svc, hub, wsapi.Options{
+	fx.Provide(func(lc fx.Lifecycle, cfg Config, svc *app.Service, logger *zap.Logger) httpapi.Sockets {
+		s := wsapi.New(svc, wsapi.Options{
 			Logger:            logger.Named("ws"),
 			PingInterval:      cfg.WSPing,
 			PeerTimeout:       cfg.WSPeerTimeout,
