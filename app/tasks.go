@@ -204,4 +204,3 @@ func (s *Service) ReportCorrupt(ctx context.Context, host, queue, id string) err
 }
 
 func ptr[T any](v T) *T { return &v }
-

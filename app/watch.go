@@ -1,9 +1,9 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"errors"
-	"bytes"
 
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
