@@ -128,7 +128,7 @@ func (s *Store) Create(ctx context.Context, t domain.Task, then ports.Then) erro
 	}
 	e, err := newEntry(stored)
 	if err != nil {
-		return domain.E(domain.KindInvalid, "invalid_task", "%v", err)
+		return domain.E(domain.KindInvalid, domain.CodeInvalidTask, "%v", err)
 	}
 	q := s.lookup(ports.KeyOf(t).Ref(), true)
 	q.mu.Lock()
@@ -222,7 +222,7 @@ func (s *Store) apply(q *queue, cur *entry, fn func(*domain.Task) error, then po
 			return err
 		}
 		if e, err = newEntry(stored); err != nil {
-			return domain.E(domain.KindInternal, "invalid_task", "%v", err)
+			return domain.E(domain.KindInternal, domain.CodeInvalidTask, "%v", err)
 		}
 		return s.persist.Put(&old, stored, data)
 	})
@@ -276,7 +276,7 @@ func (s *Store) Delete(ctx context.Context, k ports.Key, check func(domain.Task)
 // until fn returns false. The queue is locked meanwhile.
 func (s *Store) Each(ctx context.Context, ref ports.QueueRef, dir string, fn func(domain.Task) bool) error {
 	if !slices.Contains(domain.Dirs, dir) {
-		return domain.E(domain.KindInvalid, "invalid_dir", "no state directory %q", dir)
+		return domain.E(domain.KindInvalid, domain.CodeInvalidDir, "no state directory %q", dir)
 	}
 	q := s.lookup(ref, false)
 	if q == nil {
@@ -316,16 +316,16 @@ func (s *Store) Counts(ref ports.QueueRef) ports.Counts {
 func checkNew(t domain.Task) (domain.Task, []byte, error) {
 	switch {
 	case !domain.ValidHost(t.Host):
-		return domain.Task{}, nil, domain.E(domain.KindInvalid, "invalid_task", "bad host name %q", t.Host)
+		return domain.Task{}, nil, domain.E(domain.KindInvalid, domain.CodeInvalidTask, "bad host name %q", t.Host)
 	case !domain.ValidName(t.Queue):
-		return domain.Task{}, nil, domain.E(domain.KindInvalid, "invalid_task", "bad queue name %q", t.Queue)
+		return domain.Task{}, nil, domain.E(domain.KindInvalid, domain.CodeInvalidTask, "bad queue name %q", t.Queue)
 	case !domain.ValidID(t.ID):
-		return domain.Task{}, nil, domain.E(domain.KindInvalid, "invalid_task", "bad task id %q", t.ID)
+		return domain.Task{}, nil, domain.E(domain.KindInvalid, domain.CodeInvalidTask, "bad task id %q", t.ID)
 	}
 	data := domain.EncodeTask(t)
 	stored, err := domain.ReadBack(t, data)
 	if err != nil {
-		return domain.Task{}, nil, &domain.Error{Kind: domain.KindInvalid, Code: "invalid_task", Message: "record does not hold together", Err: err}
+		return domain.Task{}, nil, &domain.Error{Kind: domain.KindInvalid, Code: domain.CodeInvalidTask, Message: "record does not hold together", Err: err}
 	}
 	return stored, data, nil
 }
@@ -334,13 +334,13 @@ func checkNew(t domain.Task) (domain.Task, []byte, error) {
 // queue and file name), still a record that reads back from its stored form.
 func checkUpdate(cur, next domain.Task) (domain.Task, []byte, error) {
 	if ports.KeyOf(next) != ports.KeyOf(cur) {
-		return domain.Task{}, nil, domain.E(domain.KindInternal, "identity_changed",
+		return domain.Task{}, nil, domain.E(domain.KindInternal, domain.CodeIdentityChanged,
 			"update changed task %s/%s/%s into %s/%s/%s", cur.Host, cur.Queue, cur.ID, next.Host, next.Queue, next.ID)
 	}
 	data := domain.EncodeTask(next)
 	stored, err := domain.ReadBack(next, data)
 	if err != nil {
-		return domain.Task{}, nil, &domain.Error{Kind: domain.KindInternal, Code: "invalid_task", Message: "update left a record that does not hold together", Err: err}
+		return domain.Task{}, nil, &domain.Error{Kind: domain.KindInternal, Code: domain.CodeInvalidTask, Message: "update left a record that does not hold together", Err: err}
 	}
 	return stored, data, nil
 }

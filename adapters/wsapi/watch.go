@@ -23,7 +23,7 @@ const watchReadLimit = 4 << 10
 func (s *Sockets) Watch(w http.ResponseWriter, r *http.Request, q *ports.Queue, id string) {
 	leave, refused := s.enter(q.Host)
 	if refused != nil {
-		httpError(w, http.StatusServiceUnavailable, refused)
+		s.refuse(w, refused, "watch socket refused")
 		return
 	}
 	defer leave()
@@ -35,12 +35,7 @@ func (s *Sockets) Watch(w http.ResponseWriter, r *http.Request, q *ports.Queue, 
 		sub = s.hub.Subscribe(ports.Key{Host: q.Host, Queue: q.Name, ID: id}, s.opts.WatchBuffer)
 	})
 	if err != nil {
-		if errors.Is(err, domain.ErrNotFound) {
-			httpError(w, http.StatusNotFound, domain.ErrNotFound)
-		} else {
-			s.logger.Error("watch: read the task", zap.Error(err))
-			httpError(w, http.StatusInternalServerError, errInternal)
-		}
+		s.refuse(w, err, "watch: read the task")
 		return
 	}
 	defer sub.Close()
