@@ -5,8 +5,9 @@ import (
 	"fmt"
 )
 
-// Kind classifies an error so that each adapter can map it to its own
-// vocabulary (an HTTP status, a socket error code) in exactly one place.
+// Kind classifies an error so that the transports can map it to their own
+// vocabulary in exactly one place: adapters/httperr, which gives the HTTP
+// status and whether the message is masked, for httpapi and wsapi both.
 type Kind int
 
 const (
