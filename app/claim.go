@@ -115,7 +115,7 @@ func (c *queryCache) matcher(query json.RawMessage) (ports.Matcher, error) {
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, query); err != nil {
-		return nil, domain.E(domain.KindInvalid, "invalid_query", "query is not valid JSON: %v", err)
+		return nil, domain.E(domain.KindInvalid, domain.CodeInvalidQuery, "query is not valid JSON: %v", err)
 	}
 	text := buf.String()
 	c.mu.Lock()
@@ -126,7 +126,7 @@ func (c *queryCache) matcher(query json.RawMessage) (ports.Matcher, error) {
 	}
 	schema, err := c.compiler.Compile(json.RawMessage(text))
 	if err != nil {
-		return nil, domain.E(domain.KindInvalid, "invalid_query", "query is not a valid JSON Schema: %v", err)
+		return nil, domain.E(domain.KindInvalid, domain.CodeInvalidQuery, "query is not a valid JSON Schema: %v", err)
 	}
 	m = &matcher{key: text, schema: schema}
 	c.mu.Lock()

@@ -98,7 +98,7 @@ func (s *Service) holdWaiter() (release func(), err error) {
 	return func() { once.Do(func() { s.waiting.Add(-1) }) }, nil
 }
 
-var errTooManyWaiting = domain.E(domain.KindUnavailable, "too_many_waiting",
+var errTooManyWaiting = domain.E(domain.KindUnavailable, domain.CodeTooManyWaiting,
 	"too many claims are waiting for work on this server; try again later")
 
 // Drain makes every waiting claim return now and every later claim answer

@@ -118,7 +118,7 @@ func TestBadItemsChangeNothing(t *testing.T) {
 	cases := []struct {
 		name, item string
 		kind       domain.Kind
-		code       string
+		code       domain.Code
 	}{
 		{"not JSON", `{"url":`, domain.KindInvalid, "invalid_json"},
 		{"breaks schema", `{"width":1}`, domain.KindSchema, "invalid_item"},

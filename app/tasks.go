@@ -15,7 +15,7 @@ import (
 // Post validates item against the queue's item schema and stores it as a new
 // pending task. It returns once the task is durable.
 func (s *Service) Post(ctx context.Context, q *domain.Queue, user string, item []byte) (domain.Task, error) {
-	item, err := payload(q, q.Item, item, "invalid_item")
+	item, err := payload(q, q.Item, item, domain.CodeInvalidItem)
 	if err != nil {
 		return domain.Task{}, err
 	}
@@ -94,7 +94,7 @@ type Outcome struct {
 // Progress stores a progress record from the worker holding the lease and
 // extends its lease. Anyone else is told accepted false.
 func (s *Service) Progress(ctx context.Context, q *domain.Queue, id, worker string, progress []byte) (Outcome, error) {
-	progress, err := payload(q, q.Progress, progress, "invalid_progress")
+	progress, err := payload(q, q.Progress, progress, domain.CodeInvalidProgress)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -113,7 +113,7 @@ func (s *Service) Progress(ctx context.Context, q *domain.Queue, id, worker stri
 // Result finishes a task that is not yet terminal, whoever holds its lease:
 // the first result wins. It returns once the result is durable.
 func (s *Service) Result(ctx context.Context, q *domain.Queue, id, worker string, result []byte) (Outcome, error) {
-	result, err := payload(q, q.Result, result, "invalid_result")
+	result, err := payload(q, q.Result, result, domain.CodeInvalidResult)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -174,13 +174,13 @@ func key(q *domain.Queue, id string) domain.Key {
 
 // payload checks a client's JSON body (an item, a progress record or a
 // result) against its size limit and schema, and returns it compacted.
-func payload(q *domain.Queue, schema domain.Schema, raw []byte, code string) (json.RawMessage, error) {
+func payload(q *domain.Queue, schema domain.Schema, raw []byte, code domain.Code) (json.RawMessage, error) {
 	if int64(len(raw)) > q.Settings.MaxItemBytes {
-		return nil, domain.E(domain.KindTooLarge, "too_large", "body is over the queue's limit of %d bytes", q.Settings.MaxItemBytes)
+		return nil, domain.E(domain.KindTooLarge, domain.CodeTooLarge, "body is over the queue's limit of %d bytes", q.Settings.MaxItemBytes)
 	}
 	var buf bytes.Buffer
 	if err := json.Compact(&buf, raw); err != nil {
-		return nil, &domain.Error{Kind: domain.KindInvalid, Code: "invalid_json", Message: "body is not valid JSON: " + err.Error()}
+		return nil, &domain.Error{Kind: domain.KindInvalid, Code: domain.CodeInvalidJSON, Message: "body is not valid JSON: " + err.Error()}
 	}
 	doc := json.RawMessage(buf.Bytes())
 	if schema != nil {

@@ -5,8 +5,9 @@ import (
 	"fmt"
 )
 
-// Kind classifies an error so that each adapter can map it to its own
-// vocabulary (an HTTP status, a socket error code) in exactly one place.
+// Kind classifies an error so that the transports can map it to their own
+// vocabulary in exactly one place: adapters/httperr, which gives the HTTP
+// status and whether the message is masked, for httpapi and wsapi both.
 type Kind int
 
 const (
@@ -50,17 +51,17 @@ type Violation struct {
 }
 
 // Error is the one error type that crosses layers. Code is the stable
-// machine-readable word a client sees (SPEC §3: "invalid_item", "not_found"...).
+// machine-readable word a client sees (SPEC §3; the constants of codes.go).
 type Error struct {
 	Kind    Kind
-	Code    string
+	Code    Code
 	Message string
 	Details []Violation
 	Err     error // the cause, for logs; never shown to clients
 }
 
 func (e *Error) Error() string {
-	msg := e.Code
+	msg := string(e.Code)
 	if e.Message != "" {
 		msg += ": " + e.Message
 	}
@@ -73,7 +74,7 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // E builds an *Error. Use it where an error is first classified.
-func E(kind Kind, code, format string, args ...any) *Error {
+func E(kind Kind, code Code, format string, args ...any) *Error {
 	return &Error{Kind: kind, Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
@@ -91,16 +92,16 @@ func KindOf(err error) Kind {
 var (
 	// ErrTerminal: the task is already finished or failed; nothing changes it
 	// any more except retention.
-	ErrTerminal = &Error{Kind: KindConflict, Code: "terminal", Message: "task is already terminal"}
+	ErrTerminal = &Error{Kind: KindConflict, Code: CodeTerminal, Message: "task is already terminal"}
 	// ErrNotPending: only a pending task can be claimed.
-	ErrNotPending = &Error{Kind: KindConflict, Code: "not_pending", Message: "task is not pending"}
+	ErrNotPending = &Error{Kind: KindConflict, Code: CodeNotPending, Message: "task is not pending"}
 	// ErrNotProcessing: progress and re-queue need a leased task.
-	ErrNotProcessing = &Error{Kind: KindConflict, Code: "not_processing", Message: "task is not processing"}
+	ErrNotProcessing = &Error{Kind: KindConflict, Code: CodeNotProcessing, Message: "task is not processing"}
 	// ErrNotLeaseHolder: progress from a worker other than the one holding the lease.
-	ErrNotLeaseHolder = &Error{Kind: KindConflict, Code: "not_lease_holder", Message: "task is leased to another worker"}
+	ErrNotLeaseHolder = &Error{Kind: KindConflict, Code: CodeNotLeaseHolder, Message: "task is leased to another worker"}
 	// ErrNotFound: no such task.
-	ErrNotFound = &Error{Kind: KindNotFound, Code: "not_found", Message: "no such task"}
+	ErrNotFound = &Error{Kind: KindNotFound, Code: CodeNotFound, Message: "no such task"}
 	// ErrExists: a new task's id is already taken in its queue. Ids are drawn
 	// at random, so a post that meets it draws another.
-	ErrExists = &Error{Kind: KindConflict, Code: "task_exists", Message: "task already exists"}
+	ErrExists = &Error{Kind: KindConflict, Code: CodeTaskExists, Message: "task already exists"}
 )

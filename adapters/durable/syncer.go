@@ -215,7 +215,7 @@ func (s *Syncer) Sync(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return domain.E(domain.KindUnavailable, "storage_unavailable", "syncer is closed")
+		return domain.E(domain.KindUnavailable, domain.CodeStorageUnavailable, "syncer is closed")
 	}
 	// Join the batch for the next flush. A flush running now may have
 	// started before our caller's write, so it cannot serve us.
@@ -282,7 +282,7 @@ func (s *Syncer) run() {
 func (b *batch) fail(err error) {
 	if err != nil && b.err == nil {
 		b.err = &domain.Error{
-			Kind: domain.KindUnavailable, Code: "storage_unavailable",
+			Kind: domain.KindUnavailable, Code: domain.CodeStorageUnavailable,
 			Message: "flush to stable storage failed", Err: err,
 		}
 	}

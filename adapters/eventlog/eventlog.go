@@ -346,7 +346,7 @@ func syncDir(dir string) error {
 func unavailable(err error) error {
 	return &domain.Error{
 		Kind:    domain.KindUnavailable,
-		Code:    "log_unavailable",
+		Code:    domain.CodeLogUnavailable,
 		Message: "the event log cannot be written",
 		Err:     err,
 	}

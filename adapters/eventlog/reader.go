@@ -226,15 +226,15 @@ func wholeLines(f *os.File, size int64) (int64, error) {
 }
 
 func noSuchDay(day string, err error) error {
-	return &domain.Error{Kind: domain.KindNotFound, Code: "not_found",
+	return &domain.Error{Kind: domain.KindNotFound, Code: domain.CodeNotFound,
 		Message: fmt.Sprintf("no day file %q in the event log", day), Err: err}
 }
 
 func noSuchPayload(err error) error {
-	return &domain.Error{Kind: domain.KindNotFound, Code: "not_found", Message: "no such archived payload", Err: err}
+	return &domain.Error{Kind: domain.KindNotFound, Code: domain.CodeNotFound, Message: "no such archived payload", Err: err}
 }
 
 func invalidOffset(offset int64, format string, args ...any) error {
-	return &domain.Error{Kind: domain.KindInvalid, Code: "invalid_offset",
+	return &domain.Error{Kind: domain.KindInvalid, Code: domain.CodeInvalidOffset,
 		Message: fmt.Sprintf("offset %d: ", offset) + fmt.Sprintf(format, args...)}
 }

@@ -276,7 +276,7 @@ func TestOpenPayload(t *testing.T) {
 	}
 }
 
-func assertError(tb testing.TB, err error, kind domain.Kind, code string) {
+func assertError(tb testing.TB, err error, kind domain.Kind, code domain.Code) {
 	tb.Helper()
 	var de *domain.Error
 	if !errors.As(err, &de) {

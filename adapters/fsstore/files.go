@@ -111,7 +111,7 @@ func (f *files) Remove(t domain.Task) error {
 // usable refuses writes once Close has let another process have the folder.
 func (f *files) usable() error {
 	if f.closed.Load() {
-		return domain.E(domain.KindUnavailable, "storage_unavailable", "task store is closed")
+		return domain.E(domain.KindUnavailable, domain.CodeStorageUnavailable, "task store is closed")
 	}
 	return nil
 }
@@ -228,7 +228,7 @@ func unlink(path string) error {
 func unavailable(op string, err error) error {
 	return &domain.Error{
 		Kind:    domain.KindUnavailable,
-		Code:    "storage_unavailable",
+		Code:    domain.CodeStorageUnavailable,
 		Message: op,
 		Err:     err,
 	}

@@ -1,7 +1,7 @@
 // Package httpapi serves a host's task queues over HTTP (SPEC §3), routed
 // with chi. It resolves the host and queue, authenticates, checks access,
-// turns bodies into calls on the app's use cases, and maps errors to status
-// codes in one place (errors.go).
+// turns bodies into calls on the app's use cases, and answers errors by the
+// one error table, adapters/httperr (errors.go).
 package httpapi
 
 import (
@@ -14,6 +14,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"go.uber.org/zap"
 
+	"github.com/taskhoster/taskhoster/adapters/httperr"
 	"github.com/taskhoster/taskhoster/app"
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
@@ -99,9 +100,9 @@ func only(method string, h http.HandlerFunc) http.HandlerFunc {
 }
 
 func methodNotAllowed(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusMethodNotAllowed, errorBody{
-		Error: "method_not_allowed", Message: "method not allowed on this path", Details: []domain.Violation{},
-	})
+	httperr.Reply{Status: http.StatusMethodNotAllowed, Body: httperr.Body{
+		Error: domain.CodeMethodNotAllowed, Message: "method not allowed on this path", Details: []domain.Violation{},
+	}}.Write(w)
 }
 
 type ctxKey int

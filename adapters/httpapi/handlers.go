@@ -107,7 +107,7 @@ func (a *API) claim(w http.ResponseWriter, r *http.Request) {
 	var wait time.Duration
 	if req.Wait != nil {
 		if *req.Wait < 0 || *req.Wait > app.MaxWait.Seconds() {
-			a.writeError(w, r, domain.E(domain.KindInvalid, "invalid_request", "wait must be between 0 and %d seconds", int(app.MaxWait.Seconds())))
+			a.writeError(w, r, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, "wait must be between 0 and %d seconds", int(app.MaxWait.Seconds())))
 			return
 		}
 		wait = time.Duration(*req.Wait * float64(time.Second))
@@ -169,13 +169,13 @@ func (a *API) report(w http.ResponseWriter, r *http.Request, kind string) {
 	var out app.Outcome
 	if kind == "progress" {
 		if req.Progress == nil {
-			a.writeError(w, r, domain.E(domain.KindInvalid, "invalid_request", `body needs a "progress" field`))
+			a.writeError(w, r, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, `body needs a "progress" field`))
 			return
 		}
 		out, err = a.svc.Progress(r.Context(), q, id, worker, req.Progress)
 	} else {
 		if req.Result == nil {
-			a.writeError(w, r, domain.E(domain.KindInvalid, "invalid_request", `body needs a "result" field`))
+			a.writeError(w, r, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, `body needs a "result" field`))
 			return
 		}
 		out, err = a.svc.Result(r.Context(), q, id, worker, req.Result)
@@ -245,7 +245,7 @@ func workerName(given *string, user string) (string, error) {
 	case given == nil:
 		return "anonymous", nil
 	case *given == "" || len(*given) > maxWorkerName:
-		return "", domain.E(domain.KindInvalid, "invalid_request", "worker must be 1 to %d characters", maxWorkerName)
+		return "", domain.E(domain.KindInvalid, domain.CodeInvalidRequest, "worker must be 1 to %d characters", maxWorkerName)
 	}
 	return *given, nil
 }
@@ -255,10 +255,10 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		return nil, domain.E(domain.KindTooLarge, "too_large", "body is over the limit of %d bytes", limit)
+		return nil, domain.E(domain.KindTooLarge, domain.CodeTooLarge, "body is over the limit of %d bytes", limit)
 	}
 	if err != nil {
-		return nil, domain.E(domain.KindInvalid, "invalid_request", "could not read the body")
+		return nil, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, "could not read the body")
 	}
 	return body, nil
 }
@@ -273,7 +273,7 @@ func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error 
 		return nil
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return domain.E(domain.KindInvalid, "invalid_json", "body is not a valid JSON object of the expected shape: %v", err)
+		return domain.E(domain.KindInvalid, domain.CodeInvalidJSON, "body is not a valid JSON object of the expected shape: %v", err)
 	}
 	return nil
 }

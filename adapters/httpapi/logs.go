@@ -158,11 +158,11 @@ func parseOffset(s string) (int64, error) {
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < 0 {
-		return 0, domain.E(domain.KindInvalid, "invalid_offset", "offset must be a byte offset, 0 or more")
+		return 0, domain.E(domain.KindInvalid, domain.CodeInvalidOffset, "offset must be a byte offset, 0 or more")
 	}
 	return n, nil
 }
 
-var errForbiddenLogs = domain.E(domain.KindForbidden, "forbidden", "this user may not read the logs of any queue of this host")
+var errForbiddenLogs = domain.E(domain.KindForbidden, domain.CodeForbidden, "this user may not read the logs of any queue of this host")
 
 var _ LogReader = (*eventlog.Reader)(nil)

@@ -127,7 +127,7 @@ func (s *Store) Create(ctx context.Context, t domain.Task, then ports.Then) erro
 	}
 	e, err := newEntry(stored)
 	if err != nil {
-		return domain.E(domain.KindInvalid, "invalid_task", "%v", err)
+		return domain.E(domain.KindInvalid, domain.CodeInvalidTask, "%v", err)
 	}
 	q := s.lookup(domain.KeyOf(t).Ref(), true)
 	q.mu.Lock()
@@ -221,7 +221,7 @@ func (s *Store) apply(q *queue, cur *entry, fn func(*domain.Task) error, then po
 			return err
 		}
 		if e, err = newEntry(stored); err != nil {
-			return domain.E(domain.KindInternal, "invalid_task", "%v", err)
+			return domain.E(domain.KindInternal, domain.CodeInvalidTask, "%v", err)
 		}
 		return s.persist.Put(&old, stored, data)
 	})
@@ -275,7 +275,7 @@ func (s *Store) Delete(ctx context.Context, k domain.Key, check func(domain.Task
 // id), until fn returns false. The queue is locked meanwhile.
 func (s *Store) Each(ctx context.Context, ref domain.QueueRef, st domain.Stage, fn func(domain.Task) bool) error {
 	if !st.Valid() {
-		return domain.E(domain.KindInvalid, "invalid_stage", "no stage %d", st)
+		return domain.E(domain.KindInvalid, domain.CodeInvalidStage, "no stage %d", st)
 	}
 	q := s.lookup(ref, false)
 	if q == nil {
@@ -315,16 +315,16 @@ func (s *Store) Counts(ref domain.QueueRef) ports.Counts {
 func checkNew(t domain.Task) (domain.Task, []byte, error) {
 	switch {
 	case !domain.ValidHost(t.Host):
-		return domain.Task{}, nil, domain.E(domain.KindInvalid, "invalid_task", "bad host name %q", t.Host)
+		return domain.Task{}, nil, domain.E(domain.KindInvalid, domain.CodeInvalidTask, "bad host name %q", t.Host)
 	case !domain.ValidName(t.Queue):
-		return domain.Task{}, nil, domain.E(domain.KindInvalid, "invalid_task", "bad queue name %q", t.Queue)
+		return domain.Task{}, nil, domain.E(domain.KindInvalid, domain.CodeInvalidTask, "bad queue name %q", t.Queue)
 	case !domain.ValidID(t.ID):
-		return domain.Task{}, nil, domain.E(domain.KindInvalid, "invalid_task", "bad task id %q", t.ID)
+		return domain.Task{}, nil, domain.E(domain.KindInvalid, domain.CodeInvalidTask, "bad task id %q", t.ID)
 	}
 	data := domain.EncodeTask(t)
 	stored, err := domain.ReadBack(t, data)
 	if err != nil {
-		return domain.Task{}, nil, &domain.Error{Kind: domain.KindInvalid, Code: "invalid_task", Message: "record does not hold together", Err: err}
+		return domain.Task{}, nil, &domain.Error{Kind: domain.KindInvalid, Code: domain.CodeInvalidTask, Message: "record does not hold together", Err: err}
 	}
 	return stored, data, nil
 }
@@ -333,13 +333,13 @@ func checkNew(t domain.Task) (domain.Task, []byte, error) {
 // queue and file name), still a record that reads back from its stored form.
 func checkUpdate(cur, next domain.Task) (domain.Task, []byte, error) {
 	if domain.KeyOf(next) != domain.KeyOf(cur) {
-		return domain.Task{}, nil, domain.E(domain.KindInternal, "identity_changed",
+		return domain.Task{}, nil, domain.E(domain.KindInternal, domain.CodeIdentityChanged,
 			"update changed task %s/%s/%s into %s/%s/%s", cur.Host, cur.Queue, cur.ID, next.Host, next.Queue, next.ID)
 	}
 	data := domain.EncodeTask(next)
 	stored, err := domain.ReadBack(next, data)
 	if err != nil {
-		return domain.Task{}, nil, &domain.Error{Kind: domain.KindInternal, Code: "invalid_task", Message: "update left a record that does not hold together", Err: err}
+		return domain.Task{}, nil, &domain.Error{Kind: domain.KindInternal, Code: domain.CodeInvalidTask, Message: "update left a record that does not hold together", Err: err}
 	}
 	return stored, data, nil
 }

@@ -175,5 +175,5 @@ func statusError(resp *http.Response) error {
 	if body.Message != "" {
 		msg = body.Message + " " + msg
 	}
-	return &domain.Error{Kind: kind, Code: body.Error, Message: msg}
+	return &domain.Error{Kind: kind, Code: domain.Code(body.Error), Message: msg}
 }

@@ -203,7 +203,7 @@ func (s *Store) Payload(ctx context.Context, host, queue, id, file string) ([]by
 		SELECT body FROM payloads WHERE host = ? AND queue = ? AND id = ? AND file = ? AND body IS NOT NULL`,
 		host, queue, id, file).Scan(&body)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, &domain.Error{Kind: domain.KindNotFound, Code: "not_found",
+		return nil, &domain.Error{Kind: domain.KindNotFound, Code: domain.CodeNotFound,
 			Message: fmt.Sprintf("no stored %s for task %s", file, id)}
 	}
 	if err != nil {

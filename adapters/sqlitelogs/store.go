@@ -130,7 +130,7 @@ func Open(dir string) (*Store, error) {
 func OpenReader(dir string) (*Store, error) {
 	path := filepath.Join(dir, File)
 	if _, err := os.Stat(path); err != nil {
-		return nil, &domain.Error{Kind: domain.KindNotFound, Code: "no_store",
+		return nil, &domain.Error{Kind: domain.KindNotFound, Code: domain.CodeNoStore,
 			Message: fmt.Sprintf("no task log store at %s (run taskhoster logs pull first)", path), Err: err}
 	}
 	db, err := open(dir, "rw", "_query_only=1")

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/taskhoster/taskhoster/adapters/httperr"
 )
 
 // peer is one upgraded connection: the single writer goroutine, the
@@ -112,8 +114,9 @@ func (p *peer) send(v any) bool { return p.sendBytes(encode(v)) }
 // sendBytes queues one text message.
 func (p *peer) sendBytes(data []byte) bool { return p.queue(frame{data: data}) }
 
-// internalError is what the peer gets should a reply not encode.
-const internalError = `{"type":"error","error":"internal","message":"internal error","details":[]}`
+// internalError is what the peer gets should a reply not encode:
+// {"type":"error","error":"internal","message":"internal error","details":[]}.
+var internalError, _ = json.Marshal(errorReply{Type: "error", Body: httperr.Internal()})
 
 // encode is v as JSON. Every reply is built from values that encode (a ref
 // was parsed as JSON, an item or a result was stored as JSON); should one
@@ -121,7 +124,7 @@ const internalError = `{"type":"error","error":"internal","message":"internal er
 func encode(v any) []byte {
 	data, err := json.Marshal(v)
 	if err != nil {
-		return []byte(internalError)
+		return internalError
 	}
 	return data
 }

@@ -22,7 +22,7 @@ const watchReadLimit = 4 << 10
 func (s *Sockets) Watch(w http.ResponseWriter, r *http.Request, q *domain.Queue, id string) {
 	leave, refused := s.enter(q.Host)
 	if refused != nil {
-		httpError(w, http.StatusServiceUnavailable, refused)
+		s.refuse(w, refused, "watch socket refused")
 		return
 	}
 	defer leave()
@@ -30,12 +30,7 @@ func (s *Sockets) Watch(w http.ResponseWriter, r *http.Request, q *domain.Queue,
 	// The task and every change after it (app.Service.Watch).
 	watch, err := s.svc.Watch(r.Context(), q, id, s.opts.WatchBuffer)
 	if err != nil {
-		if errors.Is(err, domain.ErrNotFound) {
-			httpError(w, http.StatusNotFound, domain.ErrNotFound)
-		} else {
-			s.logger.Error("watch: read the task", zap.Error(err))
-			httpError(w, http.StatusInternalServerError, errInternal)
-		}
+		s.refuse(w, err, "watch: read the task")
 		return
 	}
 	defer watch.Close()

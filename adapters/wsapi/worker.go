@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/taskhoster/taskhoster/adapters/httperr"
 	"github.com/taskhoster/taskhoster/app"
 	"github.com/taskhoster/taskhoster/domain"
 )
@@ -30,12 +31,12 @@ const maxReports = 256
 func (s *Sockets) Work(w http.ResponseWriter, r *http.Request, q *domain.Queue, user string) {
 	name, bad := workerName(r, user)
 	if bad != nil {
-		httpError(w, http.StatusBadRequest, bad)
+		s.refuse(w, bad, "worker socket refused")
 		return
 	}
 	leave, refused := s.enter(q.Host)
 	if refused != nil {
-		httpError(w, http.StatusServiceUnavailable, refused)
+		s.refuse(w, refused, "worker socket refused")
 		return
 	}
 	defer leave()
@@ -65,7 +66,7 @@ func workerName(r *http.Request, user string) (string, *domain.Error) {
 	case !query.Has("worker"):
 		return "anonymous", nil
 	case name == "" || len(name) > maxWorkerName:
-		return "", domain.E(domain.KindInvalid, "invalid_request", "worker must be 1 to %d characters", maxWorkerName)
+		return "", domain.E(domain.KindInvalid, domain.CodeInvalidRequest, "worker must be 1 to %d characters", maxWorkerName)
 	default:
 		return name, nil
 	}
@@ -117,11 +118,9 @@ type (
 		Lease    *domain.Lease   `json:"lease,omitempty"`  // the extended lease, after progress
 	}
 	errorReply struct {
-		Type    string             `json:"type"`
-		Ref     json.RawMessage    `json:"ref,omitempty"`
-		Error   string             `json:"error"`
-		Message string             `json:"message"`
-		Details []domain.Violation `json:"details"`
+		Type string          `json:"type"`
+		Ref  json.RawMessage `json:"ref,omitempty"`
+		httperr.Body
 	}
 )
 
@@ -144,7 +143,7 @@ func (w *worker) handle(data []byte) {
 	if err := json.Unmarshal(data, &m); err != nil {
 		// A message of the wrong shape still yields its ref when it has one
 		// (Unmarshal fills what it can), so the error can be matched.
-		w.fail(m.Ref, domain.E(domain.KindInvalid, "invalid_json", "a message must be a JSON object of the expected shape: %v", err))
+		w.fail(m.Ref, domain.E(domain.KindInvalid, domain.CodeInvalidJSON, "a message must be a JSON object of the expected shape: %v", err))
 		return
 	}
 	switch m.Type {
@@ -153,7 +152,7 @@ func (w *worker) handle(data []byte) {
 	case "progress", "result":
 		w.report(m)
 	default:
-		w.fail(m.Ref, domain.E(domain.KindInvalid, "invalid_request", `unknown message type %q (claim, progress or result)`, m.Type))
+		w.fail(m.Ref, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, `unknown message type %q (claim, progress or result)`, m.Type))
 	}
 }
 
@@ -167,7 +166,7 @@ func (w *worker) claim(m message) {
 	w.mu.Lock()
 	if w.waiting >= MaxClaims {
 		w.mu.Unlock()
-		w.fail(m.Ref, domain.E(domain.KindInvalid, "too_many_claims", "at most %d claims may be outstanding on one socket", MaxClaims))
+		w.fail(m.Ref, domain.E(domain.KindInvalid, domain.CodeTooManyClaims, "at most %d claims may be outstanding on one socket", MaxClaims))
 		return
 	}
 	w.waiting++
@@ -213,16 +212,16 @@ func (w *worker) settle(t *domain.Task) {
 func (w *worker) report(m message) {
 	switch {
 	case m.ID == "":
-		w.fail(m.Ref, domain.E(domain.KindInvalid, "invalid_request", `a %s message needs an "id"`, m.Type))
+		w.fail(m.Ref, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, `a %s message needs an "id"`, m.Type))
 		return
 	case !domain.ValidID(m.ID):
 		w.fail(m.Ref, domain.ErrNotFound)
 		return
 	case m.Type == "progress" && m.Progress == nil:
-		w.fail(m.Ref, domain.E(domain.KindInvalid, "invalid_request", `a progress message needs a "progress" field`))
+		w.fail(m.Ref, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, `a progress message needs a "progress" field`))
 		return
 	case m.Type == "result" && m.Result == nil:
-		w.fail(m.Ref, domain.E(domain.KindInvalid, "invalid_request", `a result message needs a "result" field`))
+		w.fail(m.Ref, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, `a result message needs a "result" field`))
 		return
 	}
 	// With every slot taken the reader waits here: a worker cannot pile up
@@ -268,22 +267,15 @@ func refusedStatus(out app.Outcome) domain.Status {
 	return out.Status
 }
 
-// fail answers a message with an error; the socket stays open.
+// fail answers a message with an error, its code and message from the error
+// table (httperr) as over HTTP; the socket stays open. A server fault is
+// logged; its cause is never sent.
 func (w *worker) fail(ref json.RawMessage, err error) {
-	var e *domain.Error
-	if !errors.As(err, &e) {
+	reply := httperr.Of(err)
+	if reply.ServerFault() {
 		w.logger.Error("worker socket message failed", zap.Error(err))
-		e = &domain.Error{Kind: domain.KindInternal, Code: "internal", Message: "internal error"}
 	}
-	msg := e.Message
-	if e.Kind == domain.KindInternal {
-		msg = "internal error" // the cause is logged, never sent
-	}
-	details := e.Details
-	if details == nil {
-		details = []domain.Violation{}
-	}
-	w.send(errorReply{Type: "error", Ref: ref, Error: e.Code, Message: msg, Details: details})
+	w.send(errorReply{Type: "error", Ref: ref, Body: reply.Body})
 }
 
 // release runs once the socket is dead: it stops the outstanding claims and

@@ -16,7 +16,6 @@ package wsapi
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"sync"
@@ -25,6 +24,7 @@ import (
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
 
+	"github.com/taskhoster/taskhoster/adapters/httperr"
 	"github.com/taskhoster/taskhoster/app"
 	"github.com/taskhoster/taskhoster/domain"
 )
@@ -166,19 +166,17 @@ func (s *Sockets) enter(host string) (leave func(), err *domain.Error) {
 }
 
 var (
-	errShuttingDown   = domain.E(domain.KindUnavailable, "unavailable", "the server is shutting down")
-	errTooManySockets = domain.E(domain.KindUnavailable, "too_many_sockets", "this host has as many open sockets as it may; try again later")
-	errInternal       = domain.E(domain.KindInternal, "internal", "internal error")
+	errShuttingDown   = domain.E(domain.KindUnavailable, domain.CodeUnavailable, "the server is shutting down")
+	errTooManySockets = domain.E(domain.KindUnavailable, domain.CodeTooManySockets, "this host has as many open sockets as it may; try again later")
 )
 
-// httpError answers a request that was not upgraded, in the HTTP API's error
-// shape (SPEC §3).
-func httpError(w http.ResponseWriter, status int, e *domain.Error) {
-	details := e.Details
-	if details == nil {
-		details = []domain.Violation{}
+// refuse answers a request that is not upgraded with err's status and body
+// from the error table, as the HTTP API would (SPEC §3). A server fault is
+// logged as what; its cause is not sent.
+func (s *Sockets) refuse(w http.ResponseWriter, err error, what string) {
+	reply := httperr.Of(err)
+	if reply.ServerFault() {
+		s.logger.Error(what, zap.Error(err))
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"error": e.Code, "message": e.Message, "details": details})
+	reply.Write(w)
 }

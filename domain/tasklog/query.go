@@ -115,5 +115,5 @@ type Page struct {
 }
 
 func invalid(format string, args ...any) error {
-	return &domain.Error{Kind: domain.KindInvalid, Code: "invalid_filter", Message: fmt.Sprintf(format, args...)}
+	return &domain.Error{Kind: domain.KindInvalid, Code: domain.CodeInvalidFilter, Message: fmt.Sprintf(format, args...)}
 }
