@@ -69,10 +69,10 @@ const (
 // Records that do not hold together (KindInvalid when a caller handed them
 // in, KindInternal when the server found them so) and other bugs.
 const (
-	CodeInvalidTask     Code = "invalid_task"
-	CodeInvalidStage    Code = "invalid_stage"
-	CodeIdentityChanged Code = "identity_changed" // KindInternal: an update changed a task's host, queue or id
-	CodeInternal        Code = "internal"         // KindInternal: anything unclassified; its text is never sent
+	CodeInvalidTask       Code = "invalid_task"
+	CodeInvalidStage      Code = "invalid_stage"
+	CodeIllegalTransition Code = "illegal_transition" // KindInternal: a stored change that is no move of the state machine (domain.CheckTransition)
+	CodeInternal          Code = "internal"           // KindInternal: anything unclassified; its text is never sent
 )
 
 // CodeMethodNotAllowed answers any other method on a known path (SPEC §3:

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"unicode/utf8"
 )
 
 // DecodeTask rebuilds a task from its stored bytes. It is the one way back
@@ -22,14 +21,15 @@ func DecodeTask(data []byte) (Task, error) {
 	t.Item = nonNull(t.Item)
 	t.Progress = nonNull(t.Progress)
 	t.Result = nonNull(t.Result)
-	if err := checkRecord(t); err != nil {
+	if err := CheckRecord(t); err != nil {
 		return Task{}, err
 	}
 	return t, nil
 }
 
-// checkRecord is what a record must be beyond valid JSON.
-func checkRecord(t Task) error {
+// CheckRecord is what a record must be beyond valid JSON, for DecodeTask to
+// accept it (and so for a restart to load it rather than call it corrupt).
+func CheckRecord(t Task) error {
 	switch {
 	case !ValidID(t.ID):
 		return fmt.Errorf("decode task: bad id %q", t.ID)
@@ -43,53 +43,6 @@ func checkRecord(t Task) error {
 		return fmt.Errorf("decode task %s: negative attempts", t.ID)
 	}
 	return nil
-}
-
-// ReadBack is DecodeTask(data) for data = EncodeTask(t): the record a
-// restart would load. Most records read back as they are, and then it
-// checks t and copies its payloads instead of decoding (the decode was a
-// tenth of the server's CPU under load); otherwise it decodes.
-// FuzzReadBack holds the two to the same answer.
-func ReadBack(t Task, data []byte) (Task, error) {
-	if !readsBackAsIs(t) {
-		return DecodeTask(data)
-	}
-	if err := checkRecord(t); err != nil {
-		return Task{}, err
-	}
-	// The caller's buffers are not the store's to keep.
-	t.Item = bytes.Clone(t.Item)
-	t.Progress = bytes.Clone(t.Progress)
-	t.Result = bytes.Clone(t.Result)
-	return t, nil
-}
-
-// U+2028 and U+2029 in UTF-8: json.Marshal escapes them.
-var lineSep, paraSep = []byte("\u2028"), []byte("\u2029")
-
-// readsBackAsIs reports whether json.Marshal writes t's payloads unchanged
-// and json.Unmarshal gives its strings back unchanged: no payload is null
-// (which decodes as absent), holds white space (which Marshal compacts, and
-// which may be inside a string too: then the slow path is taken anyway) or
-// a character Marshal escapes (<, >, &, U+2028, U+2029); every string is
-// valid UTF-8 (Marshal replaces bad bytes). Payloads are valid JSON: else
-// EncodeTask, which made the data, would have failed.
-func readsBackAsIs(t Task) bool {
-	for _, raw := range []json.RawMessage{t.Item, t.Progress, t.Result} {
-		if raw == nil {
-			continue
-		}
-		if len(raw) == 0 || string(raw) == "null" || bytes.ContainsAny(raw, " \t\r\n<>&") ||
-			bytes.Contains(raw, lineSep) || bytes.Contains(raw, paraSep) {
-			return false
-		}
-	}
-	for _, s := range []*string{&t.ID, &t.Host, &t.Queue, (*string)(&t.Status), t.PostedBy, t.Error} {
-		if s != nil && !utf8.ValidString(*s) {
-			return false
-		}
-	}
-	return t.Lease == nil || utf8.ValidString(t.Lease.Worker)
 }
 
 // decodeError is why data, which json.Unmarshal refused, is not a record.

@@ -11,23 +11,34 @@ import (
 )
 
 // Status is where a task is in its life. It is also the directory its file
-// sits in on disc (finished and failed share "done").
+// sits in on disc (finished and failed share "done"). CheckTransition holds
+// every stored change to the moves between them described here.
 type Status string
 
 const (
-	// Pending: waiting to be claimed. A post puts a task here; a lease lapse
-	// (the sweep) or a dropped worker socket puts it back. A claim, a result
-	// or a queue timeout takes it out.
+	// Pending: waiting to be claimed. A producer's post (Post, through the
+	// HTTP API) puts a task here, and a requeue puts it back: the sweep's
+	// when a lease lapsed, the worker socket's when it closed. A worker's
+	// claim (Claim) takes it to processing, a worker's result (Finish, a late
+	// one after a requeue) to finished, the sweep's queue timeout (Timeout) to
+	// failed; retention never sees it.
 	Pending Status = "pending"
-	// Processing: leased to a worker by a claim. Progress keeps it here and
-	// extends the lease; a result, a lease lapse, a socket drop or a queue
-	// timeout takes it out.
+	// Processing: leased to one worker by its claim (Claim), the only move
+	// that counts an attempt. That worker's progress (ReportProgress) keeps it
+	// here and extends the lease. A result (Finish) takes it to finished, the
+	// sweep's queue timeout (Timeout) to failed, a lapsed lease (the sweep)
+	// or a dropped worker socket back to pending (Requeue).
 	Processing Status = "processing"
-	// Finished: terminal. The first accepted result put it here. Only
-	// retention (the sweep) takes it out, by deleting it.
+	// Finished: terminal, in done/. The first accepted result (Finish) put it
+	// here; nothing changes it any more but a producer's first read, which
+	// sets fetchedAt (Fetch). Only retention (the sweep, Clean) takes it out,
+	// by deleting it.
 	Finished Status = "finished"
-	// Failed: terminal. The queue timeout (the sweep) or a corrupt file put it
-	// here. Only retention takes it out.
+	// Failed: terminal, in done/. The sweep's queue timeout (Timeout) put it
+	// here; nothing changes it any more but a producer's first read (Fetch).
+	// Only retention (the sweep, Clean) takes it out. A file found corrupt at
+	// start-up is logged as failed too, but moved aside to corrupt/, never
+	// stored in this state.
 	Failed Status = "failed"
 )
 

@@ -311,7 +311,7 @@ func (s *Store) Counts(ref domain.QueueRef) ports.Counts {
 // stored form. The names become path elements in a durable store, so they
 // must be valid; the record must read back from its stored form, or the next
 // start-up would call it corrupt. The index keeps what a restart would load
-// (domain.ReadBack), with or without a Persister.
+// (readBack), with or without a Persister.
 func checkNew(t domain.Task) (domain.Task, []byte, error) {
 	switch {
 	case !domain.ValidHost(t.Host):
@@ -322,22 +322,23 @@ func checkNew(t domain.Task) (domain.Task, []byte, error) {
 		return domain.Task{}, nil, domain.E(domain.KindInvalid, domain.CodeInvalidTask, "bad task id %q", t.ID)
 	}
 	data := domain.EncodeTask(t)
-	stored, err := domain.ReadBack(t, data)
+	stored, err := readBack(t, data)
 	if err != nil {
 		return domain.Task{}, nil, &domain.Error{Kind: domain.KindInvalid, Code: domain.CodeInvalidTask, Message: "record does not hold together", Err: err}
 	}
 	return stored, data, nil
 }
 
-// checkUpdate vets what an update's fn left: the same task (so the same
-// queue and file name), still a record that reads back from its stored form.
+// checkUpdate vets what an update's fn left: a legal move of the state
+// machine from cur (domain.CheckTransition, which also keeps the task's
+// identity, so its queue and file name), still a record that reads back from
+// its stored form. Every stored change of every store passes here.
 func checkUpdate(cur, next domain.Task) (domain.Task, []byte, error) {
-	if domain.KeyOf(next) != domain.KeyOf(cur) {
-		return domain.Task{}, nil, domain.E(domain.KindInternal, domain.CodeIdentityChanged,
-			"update changed task %s/%s/%s into %s/%s/%s", cur.Host, cur.Queue, cur.ID, next.Host, next.Queue, next.ID)
+	if err := domain.CheckTransition(cur, next); err != nil {
+		return domain.Task{}, nil, err
 	}
 	data := domain.EncodeTask(next)
-	stored, err := domain.ReadBack(next, data)
+	stored, err := readBack(next, data)
 	if err != nil {
 		return domain.Task{}, nil, &domain.Error{Kind: domain.KindInternal, Code: domain.CodeInvalidTask, Message: "update left a record that does not hold together", Err: err}
 	}

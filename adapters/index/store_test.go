@@ -247,3 +247,63 @@ func TestQueryTestsEachTaskOnce(t *testing.T) {
 		t.Errorf("query ran %d times, want %d: once more, for the re-queued task", videos.Calls, backlog+101)
 	}
 }
+
+// TestUpdateRefusesIllegalMoves checks that the index holds every update to
+// the domain's state machine: an fn that leaves an illegal move is refused
+// with an internal error before anything is written, indexed or heard of,
+// and the task stays as it was, still claimable.
+func TestUpdateRefusesIllegalMoves(t *testing.T) {
+	ctx := context.Background()
+	p := &recorder{}
+	s := index.New(index.WithPersister(p))
+	now := time.UnixMilli(1751500000000)
+	posted, _ := domain.Post("a000000000000001", "task.example.com", "resize", json.RawMessage(`{}`), "alice", now)
+	if err := s.Create(ctx, posted, nil); err != nil {
+		t.Fatal(err)
+	}
+	k := domain.KeyOf(posted)
+	moves := map[string]func(*domain.Task){
+		"finished with no finishedAt": func(t *domain.Task) { t.Status = domain.Finished },
+		"claim without counting an attempt": func(t *domain.Task) {
+			t.Status, t.Lease = domain.Processing, &domain.Lease{Worker: "box-1", Until: 1}
+		},
+		"attempts down": func(t *domain.Task) { t.Attempts = -1 },
+		"item changed":  func(t *domain.Task) { t.Item = json.RawMessage(`{"x":1}`) },
+	}
+	heard := func(domain.Task) error {
+		t.Error("Then called for a refused update")
+		return nil
+	}
+	for name, move := range moves {
+		for _, op := range []string{"update", "claim"} {
+			fn := func(t *domain.Task) error { move(t); return nil }
+			var err error
+			if op == "update" {
+				_, err = s.Update(ctx, k, fn, heard)
+			} else {
+				_, err = s.ClaimNext(ctx, k.Ref(), nil, fn, heard)
+			}
+			var e *domain.Error
+			if !errors.As(err, &e) || e.Kind != domain.KindInternal || e.Code != domain.CodeIllegalTransition {
+				t.Errorf("%s by %s = %v, want an internal illegal_transition error", op, name, err)
+			}
+		}
+	}
+	if got, _ := s.Get(ctx, k); !cmp.Equal(posted, got) {
+		t.Errorf("refused moves changed the index: %s", cmp.Diff(posted, got))
+	}
+	if got := s.Counts(k.Ref()); got != (ports.Counts{Pending: 1}) {
+		t.Errorf("counts = %+v after refused moves", got)
+	}
+	if want := []string{"put a000000000000001 new->pending"}; !cmp.Equal(want, p.calls) {
+		t.Errorf("Persister calls (-want +got):\n%s", cmp.Diff(want, p.calls))
+	}
+	claimed, err := s.ClaimNext(ctx, k.Ref(), nil, func(t *domain.Task) error {
+		next, _, err := t.Claim("box-1", time.Minute, now)
+		*t = next
+		return err
+	}, nil)
+	if err != nil || claimed.Attempts != 1 {
+		t.Fatalf("legal claim after refused moves = %+v, %v", claimed, err)
+	}
+}
