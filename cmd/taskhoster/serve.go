@@ -2,14 +2,19 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/taskhoster/taskhoster/adapters/folderconfig"
 	"github.com/taskhoster/taskhoster/adapters/wsapi"
@@ -39,23 +44,30 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "taskhoster serve:", err)
 		return 2
 	}
-	logger, err := zap.NewProduction()
+	logger, err := newLogger()
 	if err != nil {
 		fmt.Fprintln(stderr, "taskhoster serve: logger:", err)
 		return 1
 	}
 	defer func() { _ = logger.Sync() }()
 
+	// A start that fails leaves no folder behind that it made itself.
+	made := missing(cfg.Items, cfg.Logs)
+	failed := func(err error) int {
+		fmt.Fprintln(stderr, "taskhoster serve:", server.Cause(err))
+		for _, dir := range made {
+			removeIfUnused(dir)
+		}
+		return 1
+	}
 	graph := server.New(cfg, logger)
 	if err := graph.Err(); err != nil {
-		fmt.Fprintln(stderr, "taskhoster serve:", err)
-		return 1
+		return failed(err)
 	}
 	startCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := graph.Start(startCtx); err != nil {
-		fmt.Fprintln(stderr, "taskhoster serve:", err)
-		return 1
+		return failed(err)
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
@@ -95,4 +107,45 @@ func check(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stdout, "ok")
 	return 0
+}
+
+// newLogger logs JSON lines, with a stack trace only for a panic: an
+// expected problem (a bad queue file, a taken port) is one line naming it.
+func newLogger() (*zap.Logger, error) {
+	cfg := zap.NewProductionConfig()
+	cfg.EncoderConfig.TimeKey = "time"
+	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	return cfg.Build(zap.AddStacktrace(zapcore.DPanicLevel))
+}
+
+// missing lists the folders of dirs that do not exist yet.
+func missing(dirs ...string) []string {
+	var out []string
+	for _, d := range dirs {
+		if _, err := os.Stat(d); errors.Is(err, fs.ErrNotExist) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// removeIfUnused removes a folder a failed start made, unless something in
+// it is more than the server's own bookkeeping (the folder lock, an empty
+// journal, empty folders): a task file or a log line is never removed.
+func removeIfUnused(dir string) {
+	unused := true
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		if rel != ".lock" && !strings.HasPrefix(rel, ".journal"+string(filepath.Separator)) {
+			unused = false
+			return fs.SkipAll
+		}
+		return nil
+	})
+	if unused {
+		_ = os.RemoveAll(dir)
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.uber.org/dig"
 	"go.uber.org/fx"
 	"go.uber.org/fx/fxevent"
 	"go.uber.org/zap"
@@ -109,14 +110,19 @@ func New(cfg Config, logger *zap.Logger) *fx.App {
 	return fx.New(Options(cfg, logger))
 }
 
+// Cause is the error that made building or starting the graph fail, without
+// fx's account of the chain of constructors that led to it: what a person
+// needs to fix is the missing folder or the taken port, not the wiring.
+func Cause(err error) error { return dig.RootCause(err) }
+
 // Options is the whole graph, for New and for fx.ValidateApp in tests.
 func Options(cfg Config, logger *zap.Logger) fx.Option {
 	cfg = withDefaults(cfg)
 	return fx.Options(
 		fx.Supply(cfg, logger),
-		fx.WithLogger(func(l *zap.Logger) fxevent.Logger {
-			return &fxevent.ZapLogger{Logger: l.WithOptions(zap.IncreaseLevel(zap.WarnLevel))}
-		}),
+		// fx's own events stay out of the log: a failure comes back from
+		// New or Start, and the command prints its cause (Cause) once.
+		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
 		fx.StopTimeout(cfg.ShutdownGrace+20*time.Second),
 		ClockModule, StoreModule, SyncModule, EventLogModule, NotifyModule,
 		ConfigModule, SchemaModule, MetricsModule, ServiceModule, SweepModule,
