@@ -436,3 +436,58 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestAJournalOfTheFirstFormatStillReplays: testdata/journal-v1 was
+// written by adapters/journal before it moved into this package (roots
+// "items" and "logs", relative to the folder it was written in, in boot
+// "old-boot"; 30 puts of h/q/pending/a.json across several laps, then a
+// removal and two log lines). A server upgraded after a power loss must
+// still replay it: the format, the roots' order and the folder are on disc.
+func TestAJournalOfTheFirstFormatStillReplays(t *testing.T) {
+	var files [len(fileNames)][]byte
+	for i, name := range fileNames {
+		var err error
+		if files[i], err = os.ReadFile(filepath.Join("testdata", "journal-v1", name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Chdir(t.TempDir())
+	if err := os.MkdirAll(filepath.Join("items", Dir), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range fileNames {
+		if err := os.WriteFile(filepath.Join("items", Dir, name), files[i], 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &rig{t: t, roots: []string{"items", "logs"}}
+	r.write(Items, "h/q/pending/gone.json", []byte("{}"))
+	t.Setenv(BootEnv, "new-boot")
+	s, err := Open(Config{Items: "items", Logs: "logs", Record: true, Checkpoint: func() error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	records, _, err := s.Replay()
+	if err != nil || records == 0 {
+		t.Fatalf("replay: %d records, %v", records, err)
+	}
+	if got, want := mustRead(t, r, Items, "h/q/pending/a.json"), fmt.Sprintf(`{"n":%d,"pad":"%0300d"}`, 29, 0); got != want {
+		t.Errorf("a.json = %.20q…, want the last put %.20q…", got, want)
+	}
+	if _, ok := r.read(Items, "h/q/pending/gone.json"); ok {
+		t.Error("gone.json is still there; its removal was committed")
+	}
+	if got := mustRead(t, r, Logs, "tasks/2026-01-01.jsonl"); got != "line1\nline2\n" {
+		t.Errorf("day file = %q", got)
+	}
+}
+
+func mustRead(t *testing.T, r *rig, root RootName, rel string) string {
+	t.Helper()
+	got, ok := r.read(root, rel)
+	if !ok {
+		t.Fatalf("%s/%s is missing", root, rel)
+	}
+	return got
+}
