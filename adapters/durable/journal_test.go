@@ -225,7 +225,7 @@ func TestUncommittedAndTornRecordsAreNotReplayed(t *testing.T) {
 	j.Root(Items).Put("c.json", []byte("never committed"))
 	_ = j.Close()
 	// Tear the second record: its last byte never reached the disc.
-	f, err := os.OpenFile(filepath.Join(r.roots[0], Dir, fileNames[0]), os.O_RDWR, 0)
+	f, err := os.OpenFile(filepath.Join(r.roots[0], journalDir, fileNames[0]), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,11 +452,11 @@ func TestAJournalOfTheFirstFormatStillReplays(t *testing.T) {
 		}
 	}
 	t.Chdir(t.TempDir())
-	if err := os.MkdirAll(filepath.Join("items", Dir), 0o750); err != nil {
+	if err := os.MkdirAll(filepath.Join("items", journalDir), 0o750); err != nil {
 		t.Fatal(err)
 	}
 	for i, name := range fileNames {
-		if err := os.WriteFile(filepath.Join("items", Dir, name), files[i], 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join("items", journalDir, name), files[i], 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}

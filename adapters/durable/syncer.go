@@ -66,10 +66,10 @@ const (
 // changes.
 var rootNames = [...]RootName{Items, Logs}
 
-// Dir is the journal's folder in the items folder. Its name cannot be a
-// host's (host names do not begin with a dot), so the store's scan passes
-// it by.
-const Dir = ".journal"
+// journalDir is the journal's folder in the items folder. Its name cannot
+// be a host's (host names do not begin with a dot), so the store's scan
+// passes it by.
+const journalDir = ".journal"
 
 // DefaultLimit is the size at which a journal file is left for the other
 // and a checkpoint begins: large enough that checkpoints are a few seconds
@@ -100,7 +100,7 @@ type Config struct {
 // stores, Close it after them.
 type Syncer struct {
 	record bool
-	items  string
+	dir    string // the journal's folder
 	log    *zap.Logger
 
 	// commitMu lets one of commit, Settle and Close at a time touch the
@@ -129,14 +129,13 @@ type Syncer struct {
 // It does not replay: the items folder's store calls Replay once it holds
 // the folder's lock, and then Settle.
 func Open(cfg Config) (*Syncer, error) {
-	s := &Syncer{record: cfg.Record, items: cfg.Items, log: cfg.Logger}
+	s := &Syncer{record: cfg.Record, dir: filepath.Join(cfg.Items, journalDir), log: cfg.Logger}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
 	s.flush = s.commit
-	dir := filepath.Join(cfg.Items, Dir)
 	if !cfg.Record {
-		if _, err := os.Stat(dir); err != nil {
+		if _, err := os.Stat(s.dir); err != nil {
 			return s, nil // nothing left over
 		}
 	}
@@ -157,7 +156,7 @@ func Open(cfg Config) (*Syncer, error) {
 	if limit == 0 {
 		limit = DefaultLimit
 	}
-	j, err := openJournal(dir, limit, checkpoint, []string{cfg.Items, cfg.Logs})
+	j, err := openJournal(s.dir, limit, checkpoint, []string{cfg.Items, cfg.Logs}) // rootNames' order
 	if err != nil {
 		_ = s.closeFiles()
 		return nil, err
@@ -251,7 +250,7 @@ func (s *Syncer) Settle() error {
 	if err != nil {
 		return err
 	}
-	if err := os.RemoveAll(filepath.Join(s.items, Dir)); err != nil {
+	if err := os.RemoveAll(s.dir); err != nil {
 		return fmt.Errorf("remove the journal: %w", err)
 	}
 	s.log.Info("replayed and removed the journal of a run under --sync always")

@@ -241,7 +241,8 @@ func (l *Log) Sync() error {
 }
 
 // Journal is what the log needs of the durability adapter
-// (adapters/durable: the Root of the logs folder), under --sync always.
+// (adapters/durable: the Root of the logs folder, which records nothing
+// under --sync none).
 type Journal interface {
 	// Append records that the file at path (inside the logs folder) holds
 	// data from byte off.

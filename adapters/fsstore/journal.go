@@ -4,8 +4,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// journalDir is the journal's folder in the items folder (durable.Dir),
-// which the scan passes by without a warning.
+// journalDir is where adapters/durable keeps the journal in the items
+// folder; the scan passes it by without a warning.
 const journalDir = ".journal"
 
 // Journal is what the store needs of the durability adapter

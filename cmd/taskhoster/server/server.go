@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -159,6 +160,9 @@ var DurableModule = fx.Module("durable",
 // power loss cut.
 var StoreModule = fx.Module("fsstore",
 	fx.Provide(func(lc fx.Lifecycle, cfg Config, d *durable.Syncer, logger *zap.Logger) (*fsstore.Store, ports.TaskRepository, error) {
+		if err := os.MkdirAll(cfg.Items, 0o755); err != nil {
+			return nil, nil, fmt.Errorf("items folder: %w", err)
+		}
 		s, err := fsstore.Open(cfg.Items, fsstore.WithLogger(logger.Named("fsstore")), fsstore.WithJournal(d.Root(durable.Items)))
 		if err != nil {
 			return nil, nil, err
