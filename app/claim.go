@@ -20,7 +20,7 @@ const MaxWait = 60 * time.Second
 // (nil: any). With no such task it waits up to wait for one to be posted or
 // re-queued, and returns domain.ErrNotFound if none came. A claim needs no
 // flush: if it is lost in a crash the task is simply pending again.
-func (s *Service) Claim(ctx context.Context, q *ports.Queue, worker string, query json.RawMessage, wait time.Duration) (domain.Task, error) {
+func (s *Service) Claim(ctx context.Context, q *domain.Queue, worker string, query json.RawMessage, wait time.Duration) (domain.Task, error) {
 	m, err := s.queries.matcher(query)
 	if err != nil {
 		return domain.Task{}, err
@@ -48,7 +48,7 @@ func (s *Service) Claim(ctx context.Context, q *ports.Queue, worker string, quer
 // returned) or the server drains (domain.ErrNotFound). ctx only ends the
 // waiting: a claim once begun runs to its end, task moved and event logged,
 // and the caller then holds the task.
-func (s *Service) Await(ctx context.Context, q *ports.Queue, worker string, m ports.Matcher) (domain.Task, error) {
+func (s *Service) Await(ctx context.Context, q *domain.Queue, worker string, m ports.Matcher) (domain.Task, error) {
 	var acting ports.Waiter // the woken waiter whose wake this look uses
 	for {
 		if err := ctx.Err(); err != nil {
@@ -86,7 +86,7 @@ func (s *Service) Await(ctx context.Context, q *ports.Queue, worker string, m po
 }
 
 // leave takes w out of the line without using a wake it may have got.
-func (s *Service) leave(q *ports.Queue, w ports.Waiter) {
+func (s *Service) leave(q *domain.Queue, w ports.Waiter) {
 	if w.Leave() {
 		s.passOn(q, w)
 	}
@@ -95,13 +95,13 @@ func (s *Service) leave(q *ports.Queue, w ports.Waiter) {
 // passOn hands a wake that w did not use to the next claim in line, unless
 // nothing is pending any more: then whoever took the task used the wake, and
 // handing it on would only wake claims to find nothing.
-func (s *Service) passOn(q *ports.Queue, w ports.Waiter) {
+func (s *Service) passOn(q *domain.Queue, w ports.Waiter) {
 	if s.repo.Counts(q.Ref()).Pending > 0 {
 		w.PassOn()
 	}
 }
 
-func (s *Service) claimNow(ctx context.Context, q *ports.Queue, worker string, m ports.Matcher) (domain.Task, error) {
+func (s *Service) claimNow(ctx context.Context, q *domain.Queue, worker string, m ports.Matcher) (domain.Task, error) {
 	var ev domain.Event
 	t, err := s.repo.ClaimNext(ctx, q.Ref(), m, func(t *domain.Task) error {
 		var err error
@@ -173,7 +173,7 @@ func (c *queryCache) matcher(query json.RawMessage) (ports.Matcher, error) {
 
 type matcher struct {
 	key    string
-	schema ports.Schema
+	schema domain.Schema
 }
 
 func (m *matcher) Key() string                     { return m.key }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/domain/tasklog"
-	"github.com/taskhoster/taskhoster/ports"
 )
 
 // Repairing the event log at start-up.
@@ -70,8 +69,8 @@ const (
 // returns the events it appended (none when the log and the store agree, as
 // after a clean stop). It must run before the service serves anything: it
 // assumes no transition runs beside it. Running it again appends nothing.
-func (s *Service) RepairLog(ctx context.Context, queues []*ports.Queue, tail LogTail) ([]domain.Event, error) {
-	newest := make(map[ports.QueueRef][]domain.Task, len(queues))
+func (s *Service) RepairLog(ctx context.Context, queues []*domain.Queue, tail LogTail) ([]domain.Event, error) {
+	newest := make(map[domain.QueueRef][]domain.Task, len(queues))
 	for _, q := range queues {
 		ts, err := s.recentChanges(ctx, q.Ref())
 		if err != nil {
@@ -113,7 +112,7 @@ func (s *Service) RepairLog(ctx context.Context, queues []*ports.Queue, tail Log
 }
 
 // cutChanges are the lines q's recent changes lack, if any.
-func (s *Service) cutChanges(q *ports.Queue, newest []domain.Task, read *tailRead) []domain.Event {
+func (s *Service) cutChanges(q *domain.Queue, newest []domain.Task, read *tailRead) []domain.Event {
 	var evs []domain.Event
 	unread := 0 // candidates whose lines lie beyond what the pass may read
 	defer func() {
@@ -132,7 +131,7 @@ func (s *Service) cutChanges(q *ports.Queue, newest []domain.Task, read *tailRea
 			// its lines are missing, they aged out.
 			continue
 		}
-		line, found := read.last[ports.KeyOf(t)]
+		line, found := read.last[domain.KeyOf(t)]
 		switch {
 		case found && agrees(line, t):
 			continue
@@ -170,7 +169,7 @@ func changedAt(t domain.Task) int64 {
 // recentChanges lists the tasks of q whose c(T) is at most repairRecent
 // older than the newest, newest first, up to repairMaxRecent of them: one
 // pass over the three state directories.
-func (s *Service) recentChanges(ctx context.Context, q ports.QueueRef) ([]domain.Task, error) {
+func (s *Service) recentChanges(ctx context.Context, q domain.QueueRef) ([]domain.Task, error) {
 	var recent []domain.Task
 	var newest int64
 	// prune keeps the candidates of the newest changes seen so far.
@@ -220,14 +219,14 @@ type tailRead struct {
 	// without a line in a covered read has lost its last one.
 	covered, complete bool
 	// last is the newest line of each candidate that has one.
-	last map[ports.Key]seenLine
+	last map[domain.Key]seenLine
 	// queueLast is each served queue's newest line, if it is no older than
 	// floor, and the task it is of.
-	queueLast map[ports.QueueRef]taskLine
+	queueLast map[domain.QueueRef]taskLine
 }
 
 type taskLine struct {
-	key  ports.Key
+	key  domain.Key
 	line seenLine
 }
 
@@ -243,12 +242,12 @@ type taskLine struct {
 // met yet, which tell what they lack. It never reads more than
 // repairMaxBytes. Lines are parsed only when they may be one of these:
 // on a busy log most are not, and decoding each would cost seconds.
-func readTail(ctx context.Context, tail LogTail, newest map[ports.QueueRef][]domain.Task, now time.Time) (*tailRead, error) {
+func readTail(ctx context.Context, tail LogTail, newest map[domain.QueueRef][]domain.Task, now time.Time) (*tailRead, error) {
 	read := &tailRead{
 		floor: domain.Millis(now.Add(-repairWindow)),
-		last:  map[ports.Key]seenLine{}, queueLast: map[ports.QueueRef]taskLine{},
+		last:  map[domain.Key]seenLine{}, queueLast: map[domain.QueueRef]taskLine{},
 	}
-	sought := map[ports.Key]int64{} // candidates not met yet, with c(T)
+	sought := map[domain.Key]int64{} // candidates not met yet, with c(T)
 	unmet := map[string]map[string]bool{}
 	for ref, ts := range newest {
 		if unmet[ref.Host] == nil {
@@ -256,7 +255,7 @@ func readTail(ctx context.Context, tail LogTail, newest map[ports.QueueRef][]dom
 		}
 		unmet[ref.Host][ref.Queue] = true
 		for _, t := range ts {
-			sought[ports.KeyOf(t)] = changedAt(t)
+			sought[domain.KeyOf(t)] = changedAt(t)
 		}
 	}
 	queuesUnmet := len(newest)
@@ -285,7 +284,7 @@ func readTail(ctx context.Context, tail LogTail, newest map[ports.QueueRef][]dom
 		queueFirst := !pastFloor && unmet[string(host)][string(queue)]
 		if queueFirst || names(raw, host, queue, sought) {
 			if l, err := tasklog.ParseLine(raw); err == nil {
-				k := ports.Key{Host: l.Host, Queue: l.Queue, ID: l.ID}
+				k := domain.Key{Host: l.Host, Queue: l.Queue, ID: l.ID}
 				line := seenLine{at: domain.Millis(l.At), event: l.Event, status: l.Status, attempts: l.Attempts, worker: l.Worker}
 				if queueFirst {
 					delete(unmet[l.Host], l.Queue)
@@ -348,7 +347,7 @@ func stringField(raw []byte, key string) ([]byte, bool) {
 // names reports whether raw, a line of host and queue, is of one of the
 // tasks: a cheap test before a line is parsed. Like peek it relies on the
 // key "id" not appearing inside a string value.
-func names(raw, host, queue []byte, tasks map[ports.Key]int64) bool {
+func names(raw, host, queue []byte, tasks map[domain.Key]int64) bool {
 	if len(tasks) == 0 {
 		return false
 	}
@@ -356,7 +355,7 @@ func names(raw, host, queue []byte, tasks map[ports.Key]int64) bool {
 	if !ok {
 		return false
 	}
-	_, ok = tasks[ports.Key{Host: string(host), Queue: string(queue), ID: string(id)}]
+	_, ok = tasks[domain.Key{Host: string(host), Queue: string(queue), ID: string(id)}]
 	return ok
 }
 
@@ -428,7 +427,7 @@ func missingEvent(t domain.Task, last seenLine, found bool) (domain.Event, bool)
 // a failed line instead, and is left alone.) The line a clean writes
 // carries the task as it was; here only what its last line said is known:
 // id, status and attempts.
-func (s *Service) cutClean(ctx context.Context, q *ports.Queue, read *tailRead) ([]domain.Event, error) {
+func (s *Service) cutClean(ctx context.Context, q *domain.Queue, read *tailRead) ([]domain.Event, error) {
 	last, ok := read.queueLast[q.Ref()]
 	if !ok || last.line.event == domain.EventCleaned || last.line.event == domain.EventFailed {
 		return nil, nil

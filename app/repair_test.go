@@ -24,7 +24,6 @@ import (
 	"github.com/taskhoster/taskhoster/app"
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/domain/tasklog"
-	"github.com/taskhoster/taskhoster/ports"
 )
 
 var _ app.LogTail = (*eventlog.Reader)(nil)
@@ -38,7 +37,7 @@ type world struct {
 	dir   string
 	repo  *index.Store
 	clock *clock.Fake
-	q     *ports.Queue
+	q     *domain.Queue
 	sync  *countingSyncer
 	log   *eventlog.Log
 	svc   *app.Service
@@ -50,7 +49,7 @@ func newWorld(t *testing.T, settings domain.Settings) *world {
 	w := &world{
 		t: t, ctx: context.Background(), dir: t.TempDir(), repo: index.New(),
 		clock: clock.NewFake(time.UnixMilli(1751500000000)),
-		q:     &ports.Queue{Host: "task.example.com", Name: "resize", Settings: settings},
+		q:     &domain.Queue{Host: "task.example.com", Name: "resize", Settings: settings},
 		sync:  &countingSyncer{},
 	}
 	w.start()
@@ -79,11 +78,11 @@ func (w *world) start() {
 }
 
 // repair restarts and runs the start-up repair over the world's queue.
-func (w *world) repair(queues ...*ports.Queue) []domain.Event {
+func (w *world) repair(queues ...*domain.Queue) []domain.Event {
 	w.t.Helper()
 	w.start()
 	if len(queues) == 0 {
-		queues = []*ports.Queue{w.q}
+		queues = []*domain.Queue{w.q}
 	}
 	evs, err := w.svc.RepairLog(w.ctx, queues, eventlog.NewReader(w.dir))
 	if err != nil {
@@ -134,7 +133,7 @@ func (w *world) result(id, worker string) {
 func (w *world) sweepAfter(d time.Duration) {
 	w.t.Helper()
 	w.clock.Advance(d)
-	if err := w.svc.Sweep(w.ctx, []*ports.Queue{w.q}); err != nil {
+	if err := w.svc.Sweep(w.ctx, []*domain.Queue{w.q}); err != nil {
 		w.t.Fatal(err)
 	}
 }
@@ -545,7 +544,7 @@ func TestRepairLeavesOldChangesAlone(t *testing.T) {
 	}
 
 	// Another queue is busy later: its lines set the window.
-	other := &ports.Queue{Host: w.q.Host, Name: "other", Settings: w.q.Settings}
+	other := &domain.Queue{Host: w.q.Host, Name: "other", Settings: w.q.Settings}
 	for range 2 {
 		if _, err := w.svc.Post(w.ctx, other, "", []byte(`{}`)); err != nil {
 			t.Fatal(err)
@@ -601,7 +600,7 @@ func TestRepairGivesUpPastItsBudget(t *testing.T) {
 		w.clock.Now().Unix(), at)
 	line = append(line, bytes.Repeat([]byte(" "), 4096-len(line))...)
 	w.start()
-	evs, err := w.svc.RepairLog(w.ctx, []*ports.Queue{w.q}, tailFunc(func(fn func([]byte) bool) {
+	evs, err := w.svc.RepairLog(w.ctx, []*domain.Queue{w.q}, tailFunc(func(fn func([]byte) bool) {
 		for range (64 << 20) / 4096 * 2 {
 			if !fn(line) {
 				return

@@ -23,7 +23,7 @@ import (
 // Observer is told of every transition and of refused results (metrics).
 type Observer interface {
 	Observe(ev domain.Event)
-	ResultRefused(q ports.QueueRef)
+	ResultRefused(q domain.QueueRef)
 }
 
 // Deps are what the use cases run on.
@@ -111,7 +111,7 @@ type rule func(t domain.Task, now time.Time) (domain.Task, domain.Event, error)
 // transition applies r to the stored task id of q and records the event
 // once the change is stored (see record). On a refusal it returns the stored
 // task unchanged with r's error.
-func (s *Service) transition(ctx context.Context, q *ports.Queue, id string, r rule) (domain.Task, error) {
+func (s *Service) transition(ctx context.Context, q *domain.Queue, id string, r rule) (domain.Task, error) {
 	var ev domain.Event
 	return s.repo.Update(ctx, key(q, id), func(t *domain.Task) error {
 		next, e, err := r(*t, s.clock.Now())
@@ -127,13 +127,13 @@ func (s *Service) transition(ctx context.Context, q *ports.Queue, id string, r r
 // repository runs it before any later change of the queue is indexed, so
 // the event log and watchers see a task's changes in the order they were
 // stored, while the writes themselves proceed side by side.
-func (s *Service) recorder(ctx context.Context, q *ports.Queue, ev *domain.Event) ports.Then {
+func (s *Service) recorder(ctx context.Context, q *domain.Queue, ev *domain.Event) ports.Then {
 	return func(domain.Task) error { return s.record(ctx, q, *ev) }
 }
 
 // record makes one stored transition known: the event log first (a line is
 // appended before the transition is acknowledged), then metrics and waiters.
-func (s *Service) record(ctx context.Context, q *ports.Queue, ev domain.Event) error {
+func (s *Service) record(ctx context.Context, q *domain.Queue, ev domain.Event) error {
 	if err := s.log.Append(ctx, ev, q.Settings.ArchivePayloads); err != nil {
 		return fmt.Errorf("log %s of %s: %w", ev.Kind, ev.Task.ID, err)
 	}
@@ -160,5 +160,5 @@ func isStateConflict(err error) bool {
 
 type nopObserver struct{}
 
-func (nopObserver) Observe(domain.Event)         {}
-func (nopObserver) ResultRefused(ports.QueueRef) {}
+func (nopObserver) Observe(domain.Event)          {}
+func (nopObserver) ResultRefused(domain.QueueRef) {}

@@ -48,7 +48,7 @@ type fixture struct {
 	log   *memlog.Log
 	sync  *countingSyncer
 	clock *clock.Fake
-	q     *ports.Queue
+	q     *domain.Queue
 }
 
 func newFixture(t *testing.T, settings domain.Settings) *fixture {
@@ -62,7 +62,7 @@ func newFixture(t *testing.T, settings domain.Settings) *fixture {
 		log:   &memlog.Log{},
 		sync:  &countingSyncer{},
 		clock: clock.NewFake(time.UnixMilli(1751500000000)),
-		q: &ports.Queue{
+		q: &domain.Queue{
 			Host: "task.example.com", Name: "resize", Settings: settings,
 			Item: item, Progress: schema.Any(), Result: schema.Any(),
 		},
@@ -146,7 +146,7 @@ func TestLateResultAfterRequeueWinsAndLoserIsTold(t *testing.T) {
 	task := f.post(t, `{"url":"a"}`)
 	f.claim(t, "slow")
 	f.clock.Advance(11 * time.Second)
-	if err := f.svc.Sweep(ctx, []*ports.Queue{f.q}); err != nil {
+	if err := f.svc.Sweep(ctx, []*domain.Queue{f.q}); err != nil {
 		t.Fatal(err)
 	}
 	again := f.claim(t, "fast")
@@ -177,7 +177,7 @@ func TestSweepTimesOutBeforeRequeue(t *testing.T) {
 	f.claim(t, "w")
 	// Lease lapsed (at 25 s) and queue timeout (20 s) are both due at 30 s.
 	f.clock.Advance(15 * time.Second)
-	if err := f.svc.Sweep(ctx, []*ports.Queue{f.q}); err != nil {
+	if err := f.svc.Sweep(ctx, []*domain.Queue{f.q}); err != nil {
 		t.Fatal(err)
 	}
 	got, _ := f.svc.Get(ctx, f.q, task.ID)
@@ -200,7 +200,7 @@ type eachCounter struct {
 	done int
 }
 
-func (c *eachCounter) Each(ctx context.Context, q ports.QueueRef, dir string, fn func(domain.Task) bool) error {
+func (c *eachCounter) Each(ctx context.Context, q domain.QueueRef, dir string, fn func(domain.Task) bool) error {
 	return c.TaskRepository.Each(ctx, q, dir, func(t domain.Task) bool {
 		if dir == "done" {
 			c.done++
@@ -238,7 +238,7 @@ func TestSweepStopsAtTheFirstTaskTooYoungToClean(t *testing.T) {
 	young := finish(200)
 	f.clock.Advance(30 * time.Second)
 
-	if err := f.svc.Sweep(ctx, []*ports.Queue{f.q}); err != nil {
+	if err := f.svc.Sweep(ctx, []*domain.Queue{f.q}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range old {
@@ -265,7 +265,7 @@ func TestRetentionFromFetchedNeverStartsUnread(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.clock.Advance(1000 * time.Hour)
-	_ = f.svc.Sweep(ctx, []*ports.Queue{f.q})
+	_ = f.svc.Sweep(ctx, []*domain.Queue{f.q})
 	if _, err := f.svc.Get(ctx, f.q, task.ID); err != nil {
 		t.Fatalf("unread task cleaned: %v", err)
 	}
@@ -275,12 +275,12 @@ func TestRetentionFromFetchedNeverStartsUnread(t *testing.T) {
 	}
 	_, _ = f.svc.Status(ctx, f.q, task.ID) // a second read logs nothing
 	f.clock.Advance(5 * time.Second)
-	_ = f.svc.Sweep(ctx, []*ports.Queue{f.q})
+	_ = f.svc.Sweep(ctx, []*domain.Queue{f.q})
 	if _, err := f.svc.Get(ctx, f.q, task.ID); err != nil {
 		t.Fatalf("cleaned at exactly retainSeconds: %v", err)
 	}
 	f.clock.Advance(time.Millisecond)
-	_ = f.svc.Sweep(ctx, []*ports.Queue{f.q})
+	_ = f.svc.Sweep(ctx, []*domain.Queue{f.q})
 	if _, err := f.svc.Get(ctx, f.q, task.ID); !errors.Is(err, domain.ErrNotFound) {
 		t.Fatalf("not cleaned after retention: %v", err)
 	}
@@ -318,7 +318,7 @@ func TestRequeueOnlyUnderTheSameClaim(t *testing.T) {
 	task := f.post(t, `{"url":"a"}`)
 	first := f.claim(t, "socket-a")
 	f.clock.Advance(11 * time.Second)
-	_ = f.svc.Sweep(ctx, []*ports.Queue{f.q})
+	_ = f.svc.Sweep(ctx, []*domain.Queue{f.q})
 	f.claim(t, "socket-b")
 	// Socket A closes now: the task is B's under a newer claim, so it stays.
 	ok, err := f.svc.Requeue(ctx, f.q, task.ID, first.Attempts, domain.CauseSocket)
@@ -362,7 +362,7 @@ type joinTracker struct {
 	joined chan struct{}
 }
 
-func (j joinTracker) Wait(q ports.QueueRef) ports.Waiter {
+func (j joinTracker) Wait(q domain.QueueRef) ports.Waiter {
 	w := j.Hub.Wait(q)
 	j.joined <- struct{}{}
 	return w

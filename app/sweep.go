@@ -9,14 +9,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/taskhoster/taskhoster/domain"
-	"github.com/taskhoster/taskhoster/ports"
 )
 
 // Sweep applies the time-based transitions to every queue, in the order of
 // SPEC §7: queue timeout, then lease lapse, then retention. It returns the
 // first error after trying every queue, so one broken queue does not stall
 // the others.
-func (s *Service) Sweep(ctx context.Context, queues []*ports.Queue) error {
+func (s *Service) Sweep(ctx context.Context, queues []*domain.Queue) error {
 	var first error
 	for _, q := range queues {
 		if err := s.sweepQueue(ctx, q); err != nil {
@@ -29,7 +28,7 @@ func (s *Service) Sweep(ctx context.Context, queues []*ports.Queue) error {
 	return first
 }
 
-func (s *Service) sweepQueue(ctx context.Context, q *ports.Queue) error {
+func (s *Service) sweepQueue(ctx context.Context, q *domain.Queue) error {
 	now := s.clock.Now()
 	ref := q.Ref()
 
@@ -92,7 +91,7 @@ func (s *Service) sweepQueue(ctx context.Context, q *ports.Queue) error {
 // apply carries out a timeout or a lease re-queue, checking again under the
 // repository's lock that it is still due: a result may have landed since
 // the scan.
-func (s *Service) apply(ctx context.Context, q *ports.Queue, id string, due domain.Due) error {
+func (s *Service) apply(ctx context.Context, q *domain.Queue, id string, due domain.Due) error {
 	_, err := s.transition(ctx, q, id, func(t domain.Task, now time.Time) (domain.Task, domain.Event, error) {
 		switch {
 		case domain.DueAt(t, q.Settings, now) != due:
@@ -111,7 +110,7 @@ func (s *Service) apply(ctx context.Context, q *ports.Queue, id string, due doma
 	return nil
 }
 
-func (s *Service) clean(ctx context.Context, q *ports.Queue, id string) error {
+func (s *Service) clean(ctx context.Context, q *domain.Queue, id string) error {
 	now := s.clock.Now()
 	var ev domain.Event
 	err := s.repo.Delete(ctx, key(q, id), func(t domain.Task) error {
@@ -135,7 +134,7 @@ var errNotDue = errors.New("no longer due")
 
 // RunSweep sweeps every interval until ctx ends. queues is asked afresh each
 // time, so queues added or removed by a reload are followed.
-func (s *Service) RunSweep(ctx context.Context, interval time.Duration, queues func() []*ports.Queue, after func(now time.Time)) {
+func (s *Service) RunSweep(ctx context.Context, interval time.Duration, queues func() []*domain.Queue, after func(now time.Time)) {
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
 	for {

@@ -14,7 +14,7 @@ import (
 
 // Post validates item against the queue's item schema and stores it as a new
 // pending task. It returns once the task is durable.
-func (s *Service) Post(ctx context.Context, q *ports.Queue, user string, item []byte) (domain.Task, error) {
+func (s *Service) Post(ctx context.Context, q *domain.Queue, user string, item []byte) (domain.Task, error) {
 	item, err := payload(q, q.Item, item, "invalid_item")
 	if err != nil {
 		return domain.Task{}, err
@@ -39,7 +39,7 @@ func (s *Service) Post(ctx context.Context, q *ports.Queue, user string, item []
 		if stored {
 			// Unlogged, the post is not acknowledged; take the task back so
 			// the client's retry does not leave a twin behind.
-			_ = s.repo.Delete(ctx, ports.KeyOf(t), nil, nil)
+			_ = s.repo.Delete(ctx, domain.KeyOf(t), nil, nil)
 			return domain.Task{}, err
 		}
 		// 2^64 ids make a collision all but impossible; if one happens, draw again.
@@ -56,7 +56,7 @@ func (s *Service) Post(ctx context.Context, q *ports.Queue, user string, item []
 // Status returns the producer's view of a task. The first read of a terminal
 // task stamps fetchedAt (which starts retention under retainFrom "fetched")
 // and logs a fetched event.
-func (s *Service) Status(ctx context.Context, q *ports.Queue, id string) (domain.View, error) {
+func (s *Service) Status(ctx context.Context, q *domain.Queue, id string) (domain.View, error) {
 	t, err := s.get(ctx, q, id)
 	if err != nil || !t.Status.Terminal() || t.FetchedAt != nil {
 		return t.View(), err
@@ -64,7 +64,7 @@ func (s *Service) Status(ctx context.Context, q *ports.Queue, id string) (domain
 	return s.fetch(ctx, q, id)
 }
 
-func (s *Service) fetch(ctx context.Context, q *ports.Queue, id string) (domain.View, error) {
+func (s *Service) fetch(ctx context.Context, q *domain.Queue, id string) (domain.View, error) {
 	t, err := s.transition(ctx, q, id, func(t domain.Task, now time.Time) (domain.Task, domain.Event, error) {
 		t, ev, fetched := t.Fetch(now)
 		if !fetched {
@@ -93,7 +93,7 @@ type Outcome struct {
 
 // Progress stores a progress record from the worker holding the lease and
 // extends its lease. Anyone else is told accepted false.
-func (s *Service) Progress(ctx context.Context, q *ports.Queue, id, worker string, progress []byte) (Outcome, error) {
+func (s *Service) Progress(ctx context.Context, q *domain.Queue, id, worker string, progress []byte) (Outcome, error) {
 	progress, err := payload(q, q.Progress, progress, "invalid_progress")
 	if err != nil {
 		return Outcome{}, err
@@ -112,7 +112,7 @@ func (s *Service) Progress(ctx context.Context, q *ports.Queue, id, worker strin
 
 // Result finishes a task that is not yet terminal, whoever holds its lease:
 // the first result wins. It returns once the result is durable.
-func (s *Service) Result(ctx context.Context, q *ports.Queue, id, worker string, result []byte) (Outcome, error) {
+func (s *Service) Result(ctx context.Context, q *domain.Queue, id, worker string, result []byte) (Outcome, error) {
 	result, err := payload(q, q.Result, result, "invalid_result")
 	if err != nil {
 		return Outcome{}, err
@@ -137,7 +137,7 @@ func (s *Service) Result(ctx context.Context, q *ports.Queue, id, worker string,
 // claim that handed it out (attempt number attempts). A socket that closes
 // calls it for every task it still holds; a task that was since re-queued
 // and claimed by someone else, or finished, is left alone.
-func (s *Service) Requeue(ctx context.Context, q *ports.Queue, id string, attempts int, cause string) (bool, error) {
+func (s *Service) Requeue(ctx context.Context, q *domain.Queue, id string, attempts int, cause string) (bool, error) {
 	_, err := s.transition(ctx, q, id, func(t domain.Task, now time.Time) (domain.Task, domain.Event, error) {
 		if t.Attempts != attempts {
 			return t, domain.Event{}, domain.ErrNotProcessing
@@ -153,7 +153,7 @@ func (s *Service) Requeue(ctx context.Context, q *ports.Queue, id string, attemp
 	return true, nil
 }
 
-func (s *Service) get(ctx context.Context, q *ports.Queue, id string) (domain.Task, error) {
+func (s *Service) get(ctx context.Context, q *domain.Queue, id string) (domain.Task, error) {
 	if !domain.ValidID(id) {
 		return domain.Task{}, domain.ErrNotFound
 	}
@@ -161,20 +161,20 @@ func (s *Service) get(ctx context.Context, q *ports.Queue, id string) (domain.Ta
 }
 
 // Get returns a task's full record (for access checks and watchers).
-func (s *Service) Get(ctx context.Context, q *ports.Queue, id string) (domain.Task, error) {
+func (s *Service) Get(ctx context.Context, q *domain.Queue, id string) (domain.Task, error) {
 	return s.get(ctx, q, id)
 }
 
 // Counts reports how many tasks q holds in each state.
-func (s *Service) Counts(q *ports.Queue) ports.Counts { return s.repo.Counts(q.Ref()) }
+func (s *Service) Counts(q *domain.Queue) ports.Counts { return s.repo.Counts(q.Ref()) }
 
-func key(q *ports.Queue, id string) ports.Key {
-	return ports.Key{Host: q.Host, Queue: q.Name, ID: id}
+func key(q *domain.Queue, id string) domain.Key {
+	return domain.Key{Host: q.Host, Queue: q.Name, ID: id}
 }
 
 // payload checks a client's JSON body (an item, a progress record or a
 // result) against its size limit and schema, and returns it compacted.
-func payload(q *ports.Queue, schema ports.Schema, raw []byte, code string) (json.RawMessage, error) {
+func payload(q *domain.Queue, schema domain.Schema, raw []byte, code string) (json.RawMessage, error) {
 	if int64(len(raw)) > q.Settings.MaxItemBytes {
 		return nil, domain.E(domain.KindTooLarge, "too_large", "body is over the queue's limit of %d bytes", q.Settings.MaxItemBytes)
 	}
@@ -208,7 +208,7 @@ func ptr[T any](v T) *T { return &v }
 // Follow reads a task and calls subscribe in one step with respect to every
 // transition of its queue, so a subscription taken in subscribe sees exactly
 // the changes that come after the task returned: none twice, none missed.
-func (s *Service) Follow(ctx context.Context, q *ports.Queue, id string, subscribe func()) (domain.Task, error) {
+func (s *Service) Follow(ctx context.Context, q *domain.Queue, id string, subscribe func()) (domain.Task, error) {
 	if !domain.ValidID(id) {
 		return domain.Task{}, domain.ErrNotFound
 	}

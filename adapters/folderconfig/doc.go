@@ -24,7 +24,7 @@
 //     name, a malformed token, a token shared with another user of the host)
 //     is refused, but its file name still defines the user NAME: queues that
 //     list it keep being served, and nobody can authenticate as it, because
-//     its ports.User has an empty Token. Only a name with no user file at all
+//     its domain.User has an empty Token. Only a name with no user file at all
 //     is "undefined" and makes a queue file that lists it invalid. This keeps
 //     one bad user file (or a token pasted twice) from silently taking every
 //     queue that mentions the user offline, while still locking that user out.

@@ -13,6 +13,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"go.uber.org/zap"
 
+	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
 )
 
@@ -69,10 +70,10 @@ func New(dir string, log *zap.Logger) (*Live, error) {
 }
 
 // Host returns the served host whose folder is exactly name.
-func (l *Live) Host(name string) (*ports.Host, bool) { return l.current.Load().Host(name) }
+func (l *Live) Host(name string) (*domain.Host, bool) { return l.current.Load().Host(name) }
 
 // Queues lists every served queue of every host, sorted by host then name.
-func (l *Live) Queues() []*ports.Queue { return l.current.Load().Queues() }
+func (l *Live) Queues() []*domain.Queue { return l.current.Load().Queues() }
 
 // Snapshot is the configuration in force now.
 func (l *Live) Snapshot() *Snapshot { return l.current.Load() }

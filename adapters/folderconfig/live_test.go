@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/taskhoster/taskhoster/adapters/folderconfig"
+	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
 )
 
@@ -59,7 +60,7 @@ func waitFor(t *testing.T, reloaded <-chan struct{}, what string, cond func() bo
 	}
 }
 
-func queue(l *folderconfig.Live, hostName, name string) *ports.Queue {
+func queue(l *folderconfig.Live, hostName, name string) *domain.Queue {
 	h, ok := l.Host(hostName)
 	if !ok {
 		return nil

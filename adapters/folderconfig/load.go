@@ -22,21 +22,21 @@ const (
 // Snapshot is the hosts folder as read at one moment. It never changes after
 // Load returns it; a reload builds a new one. It implements ports.Config.
 type Snapshot struct {
-	hosts  map[string]*ports.Host
-	queues []*ports.Queue // every served queue, by host then name
+	hosts  map[string]*domain.Host
+	queues []*domain.Queue // every served queue, by host then name
 }
 
 var _ ports.Config = (*Snapshot)(nil)
 
 // Host returns the served host whose folder is exactly name.
-func (s *Snapshot) Host(name string) (*ports.Host, bool) {
+func (s *Snapshot) Host(name string) (*domain.Host, bool) {
 	h, ok := s.hosts[name]
 	return h, ok
 }
 
 // Queues lists every served queue of every host, sorted by host then name.
 // The slice is the caller's own.
-func (s *Snapshot) Queues() []*ports.Queue { return slices.Clone(s.queues) }
+func (s *Snapshot) Queues() []*domain.Queue { return slices.Clone(s.queues) }
 
 // Hosts lists the names of the served hosts, sorted.
 func (s *Snapshot) Hosts() []string {
@@ -60,7 +60,7 @@ func Check(dir string) []Problem {
 // unreadable dir gives an empty Snapshot and one error.
 func Load(dir string) (*Snapshot, []Problem) {
 	var problems []Problem
-	snap := &Snapshot{hosts: map[string]*ports.Host{}}
+	snap := &Snapshot{hosts: map[string]*domain.Host{}}
 
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -84,7 +84,7 @@ func Load(dir string) (*Snapshot, []Problem) {
 		}
 	}
 
-	slices.SortFunc(snap.queues, func(a, b *ports.Queue) int {
+	slices.SortFunc(snap.queues, func(a, b *domain.Queue) int {
 		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.Name, b.Name))
 	})
 	// Stable, so the problems of one file stay in the order of the file.
@@ -94,8 +94,8 @@ func Load(dir string) (*Snapshot, []Problem) {
 
 // loadHost reads one host folder. Users come first: a queue's access lists
 // are checked against the names they define.
-func loadHost(path, name string, problems *[]Problem) *ports.Host {
-	host := &ports.Host{Name: name, Queues: map[string]*ports.Queue{}, Users: map[string]ports.User{}}
+func loadHost(path, name string, problems *[]Problem) *domain.Host {
+	host := &domain.Host{Name: name, Queues: map[string]*domain.Queue{}, Users: map[string]domain.User{}}
 
 	entries, err := os.ReadDir(path)
 	if err != nil {
@@ -124,7 +124,7 @@ func loadHost(path, name string, problems *[]Problem) *ports.Host {
 	}
 	refuseSharedTokens(tokens, reports)
 	for name := range users {
-		host.Users[name] = ports.User{Name: name, Token: tokens[name]}
+		host.Users[name] = domain.User{Name: name, Token: tokens[name]}
 	}
 
 	for _, f := range jsonFiles(filepath.Join(path, queuesFolder), "queue", problems) {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/taskhoster/taskhoster/adapters/folderconfig"
 	"github.com/taskhoster/taskhoster/domain"
-	"github.com/taskhoster/taskhoster/ports"
 )
 
 const (
@@ -142,7 +141,7 @@ func TestLoadGoodFolder(t *testing.T) {
 	if diff := cmp.Diff(wantAccess, resize.Access); diff != "" {
 		t.Errorf("resize access (-want +got):\n%s", diff)
 	}
-	if resize.Ref() != (ports.QueueRef{Host: host, Queue: "resize"}) {
+	if resize.Ref() != (domain.QueueRef{Host: host, Queue: "resize"}) {
 		t.Errorf("resize.Ref() = %v", resize.Ref())
 	}
 	if v := resize.Item.Validate(json.RawMessage(`{"url": 1}`)); len(v) != 1 || v[0].Path != "/url" {
@@ -471,7 +470,7 @@ func TestRefusedUsersCannotAuthenticate(t *testing.T) {
 			t.Errorf("a refused token authenticates as %q", user)
 		}
 	}
-	want := map[string]ports.User{"alice": {Name: "alice"}, "box": {Name: "box"}, "carol": {Name: "carol"}}
+	want := map[string]domain.User{"alice": {Name: "alice"}, "box": {Name: "box"}, "carol": {Name: "carol"}}
 	if diff := cmp.Diff(want, h.Users); diff != "" {
 		t.Errorf("users (-want +got):\n%s", diff)
 	}

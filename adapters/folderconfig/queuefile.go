@@ -8,7 +8,6 @@ import (
 
 	"github.com/taskhoster/taskhoster/adapters/schema"
 	"github.com/taskhoster/taskhoster/domain"
-	"github.com/taskhoster/taskhoster/ports"
 )
 
 // Upper bounds of the numeric settings. They are far beyond any sensible
@@ -27,7 +26,7 @@ func anySchemaRaw() json.RawMessage { return json.RawMessage(`{}`) }
 // parseQueue reads one queue file. It reports every problem it finds (not
 // just the first, so `check` shows them all at once) and returns nil when any
 // of them is an error. users is the set of user names the host defines.
-func parseQueue(host, name string, data []byte, users map[string]bool, r *fileReport) *ports.Queue {
+func parseQueue(host, name string, data []byte, users map[string]bool, r *fileReport) *domain.Queue {
 	if reason, bad := syntaxError(data, true); bad {
 		r.fail("", reason)
 		return nil
@@ -41,7 +40,7 @@ func parseQueue(host, name string, data []byte, users map[string]bool, r *fileRe
 		r.fail(pointer("", dup), "the key appears more than once")
 	}
 
-	q := &ports.Queue{
+	q := &domain.Queue{
 		Host:        host,
 		Name:        name,
 		Settings:    domain.DefaultSettings(),
@@ -82,7 +81,7 @@ func parseQueue(host, name string, data []byte, users map[string]bool, r *fileRe
 // compileSchema compiles one of the queue's schemas. On failure it reports
 // the compiler's reason at the schema's key and returns a nil schema, which
 // is never served because the report has failed.
-func compileSchema(raw json.RawMessage, at string, r *fileReport) (ports.Schema, json.RawMessage) {
+func compileSchema(raw json.RawMessage, at string, r *fileReport) (domain.Schema, json.RawMessage) {
 	s, err := schema.Compile(raw)
 	if err != nil {
 		r.fail(at, err.Error())

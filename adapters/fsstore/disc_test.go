@@ -28,10 +28,10 @@ const (
 
 var (
 	epoch = time.UnixMilli(1751500000000)
-	ref   = ports.QueueRef{Host: host, Queue: queue}
+	ref   = domain.QueueRef{Host: host, Queue: queue}
 )
 
-func keyOf(id string) ports.Key { return ports.Key{Host: host, Queue: queue, ID: id} }
+func keyOf(id string) domain.Key { return domain.Key{Host: host, Queue: queue, ID: id} }
 
 // taskID is the n-th test id.
 func taskID(n int) string { return fmt.Sprintf("%016x", 0xb0000000+n) }
@@ -70,7 +70,7 @@ func assertFiles(tb testing.TB, root string, want map[string]string) {
 	}
 }
 
-func mustUpdate(tb testing.TB, s *fsstore.Store, k ports.Key, fn func(*domain.Task) error) domain.Task {
+func mustUpdate(tb testing.TB, s *fsstore.Store, k domain.Key, fn func(*domain.Task) error) domain.Task {
 	tb.Helper()
 	t, err := s.Update(context.Background(), k, fn, nil)
 	if err != nil {
@@ -179,8 +179,8 @@ func TestReopen(t *testing.T) {
 	mustUpdate(t, s, keyOf(taskID(2)), finishWith(`{"size":2048}`, now))
 	mustUpdate(t, s, keyOf(taskID(3)), step(func(t domain.Task) (domain.Task, domain.Event, error) { return t.Timeout(now) }))
 
-	want := map[ports.Key]domain.Task{}
-	for _, k := range []ports.Key{keyOf(taskID(0)), keyOf(taskID(1)), keyOf(taskID(2)), keyOf(taskID(3)), keyOf(taskID(4)), keyOf(taskID(5)), ports.KeyOf(other)} {
+	want := map[domain.Key]domain.Task{}
+	for _, k := range []domain.Key{keyOf(taskID(0)), keyOf(taskID(1)), keyOf(taskID(2)), keyOf(taskID(3)), keyOf(taskID(4)), keyOf(taskID(5)), domain.KeyOf(other)} {
 		want[k], _ = s.Get(ctx, k)
 	}
 	if err := s.Close(); err != nil {
@@ -538,7 +538,7 @@ func TestWriteFailureChangesNothing(t *testing.T) {
 	if err := s.Create(ctx, other, nil); domain.KindOf(err) != domain.KindUnavailable {
 		t.Errorf("create on a broken disc = %v, want KindUnavailable", err)
 	}
-	if _, err := s.Get(ctx, ports.KeyOf(other)); !errors.Is(err, domain.ErrNotFound) {
+	if _, err := s.Get(ctx, domain.KeyOf(other)); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("a failed create left the task in the index: %v", err)
 	}
 

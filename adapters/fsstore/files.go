@@ -13,7 +13,6 @@ import (
 
 	"github.com/taskhoster/taskhoster/adapters/index"
 	"github.com/taskhoster/taskhoster/domain"
-	"github.com/taskhoster/taskhoster/ports"
 )
 
 // dirMode is for the state directories. Task records may carry private
@@ -35,12 +34,12 @@ func isTempName(name string) bool {
 // one queue never overlap, but calls for different queues do.
 type files struct {
 	items string // the items folder
-	// ready holds the queues (ports.QueueRef) whose three state directories
+	// ready holds the queues (domain.QueueRef) whose three state directories
 	// are known to exist, so that a write does not create (or stat) them
 	// again. Each queue is added once and then only read.
 	ready  sync.Map
 	closed atomic.Bool // the folder lock is released: write nothing more
-	// spares holds each queue's spare files (*spares by ports.QueueRef,
+	// spares holds each queue's spare files (*spares by domain.QueueRef,
 	// spares.go); spareSeq names them.
 	spares   sync.Map
 	spareSeq atomic.Uint64
@@ -52,7 +51,7 @@ type files struct {
 var _ index.Persister = (*files)(nil)
 
 // queuePath is <items>/<host>/<queue>.
-func (f *files) queuePath(ref ports.QueueRef) string {
+func (f *files) queuePath(ref domain.QueueRef) string {
 	return filepath.Join(f.items, ref.Host, ref.Queue)
 }
 
@@ -79,7 +78,7 @@ func (f *files) Put(old *domain.Task, t domain.Task, data []byte) error {
 		return err
 	}
 	if moved {
-		if err := f.retire(ports.KeyOf(t).Ref(), f.path(*old)); err != nil {
+		if err := f.retire(domain.KeyOf(t).Ref(), f.path(*old)); err != nil {
 			// Undo the write, so the disc keeps agreeing with the index.
 			_ = os.Remove(f.path(t))
 			return err
@@ -99,7 +98,7 @@ func (f *files) Remove(t domain.Task) error {
 	if err := f.usable(); err != nil {
 		return err
 	}
-	if err := f.retire(ports.KeyOf(t).Ref(), f.path(t)); err != nil {
+	if err := f.retire(domain.KeyOf(t).Ref(), f.path(t)); err != nil {
 		return err
 	}
 	if f.journal != nil {
@@ -118,7 +117,7 @@ func (f *files) usable() error {
 
 // ensureDirs creates the queue's state directories the first time it is
 // written to.
-func (f *files) ensureDirs(ref ports.QueueRef) error {
+func (f *files) ensureDirs(ref domain.QueueRef) error {
 	if _, ok := f.ready.Load(ref); ok {
 		return nil
 	}
@@ -139,7 +138,7 @@ func (f *files) ensureDirs(ref ports.QueueRef) error {
 // one, which ext4 makes safe against a crash before the data is flushed.
 // It does not fsync; Syncer does, for many writes at once.
 func (f *files) write(t domain.Task, data []byte, fresh bool) error {
-	ref := ports.KeyOf(t).Ref()
+	ref := domain.KeyOf(t).Ref()
 	if err := f.ensureDirs(ref); err != nil {
 		return err
 	}

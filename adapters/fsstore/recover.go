@@ -17,7 +17,6 @@ import (
 
 	"github.com/taskhoster/taskhoster/adapters/index"
 	"github.com/taskhoster/taskhoster/domain"
-	"github.com/taskhoster/taskhoster/ports"
 )
 
 // Corrupt is a task file the start-up scan could not use. It has been moved
@@ -33,7 +32,7 @@ type Corrupt struct {
 // stateDir is one listed state directory, <items>/<host>/<queue>/<dir>,
 // with the task files the scan found in it.
 type stateDir struct {
-	ref  ports.QueueRef
+	ref  domain.QueueRef
 	dir  string // pending, processing or done
 	path string
 	ids  []string // the task files' names without .json
@@ -103,7 +102,7 @@ func (s *Store) scan() ([][]*stateDir, error) {
 				s.log.Warn("ignoring entry in host folder", zap.String("host", h.Name()), zap.String("name", qe.Name()))
 				continue
 			}
-			ref := ports.QueueRef{Host: h.Name(), Queue: qe.Name()}
+			ref := domain.QueueRef{Host: h.Name(), Queue: qe.Name()}
 			if err := s.scanQueue(ref, stages); err != nil {
 				return nil, err
 			}
@@ -112,7 +111,7 @@ func (s *Store) scan() ([][]*stateDir, error) {
 	return stages, nil
 }
 
-func (s *Store) scanQueue(ref ports.QueueRef, stages [][]*stateDir) error {
+func (s *Store) scanQueue(ref domain.QueueRef, stages [][]*stateDir) error {
 	// Spares a crash left behind (spares.go) hold nothing of value.
 	if err := os.RemoveAll(filepath.Join(s.files.queuePath(ref), spareDir)); err != nil {
 		s.log.Error("cannot remove leftover spare files", zap.String("host", ref.Host), zap.String("queue", ref.Queue), zap.Error(err))

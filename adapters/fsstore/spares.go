@@ -9,7 +9,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/taskhoster/taskhoster/ports"
+	"github.com/taskhoster/taskhoster/domain"
 )
 
 // Spare files: a task file that leaves a directory (a move to the next
@@ -44,11 +44,11 @@ type spares struct {
 const spareDir = ".spare"
 
 // sparePath is where the n-th spare a process sets aside goes.
-func (f *files) sparePath(ref ports.QueueRef, n uint64) string {
+func (f *files) sparePath(ref domain.QueueRef, n uint64) string {
 	return filepath.Join(f.queuePath(ref), spareDir, fmt.Sprintf("%d", n))
 }
 
-func (f *files) sparesOf(ref ports.QueueRef) *spares {
+func (f *files) sparesOf(ref domain.QueueRef) *spares {
 	if s, ok := f.spares.Load(ref); ok {
 		return s.(*spares)
 	}
@@ -70,7 +70,7 @@ func (s *spares) take() (string, bool) {
 
 // retire sets the task file at path aside as a spare of its queue, or
 // unlinks it when the queue has spares enough.
-func (f *files) retire(ref ports.QueueRef, path string) error {
+func (f *files) retire(ref domain.QueueRef, path string) error {
 	s := f.sparesOf(ref)
 	s.mu.Lock()
 	full := len(s.paths) >= maxSpares
@@ -97,7 +97,7 @@ func (f *files) retire(ref ports.QueueRef, path string) error {
 
 // writeSpare writes data into a spare of the queue and renames it to dst,
 // reporting false if it did not (no spare, or the spare failed and is gone).
-func (f *files) writeSpare(ref ports.QueueRef, dst string, data []byte) bool {
+func (f *files) writeSpare(ref domain.QueueRef, dst string, data []byte) bool {
 	spare, ok := f.sparesOf(ref).take()
 	if !ok {
 		return false
@@ -141,7 +141,7 @@ func (f *files) dropSpares() {
 		s.mu.Lock()
 		s.paths = nil
 		s.mu.Unlock()
-		_ = os.RemoveAll(filepath.Join(f.queuePath(k.(ports.QueueRef)), spareDir))
+		_ = os.RemoveAll(filepath.Join(f.queuePath(k.(domain.QueueRef)), spareDir))
 		return true
 	})
 }

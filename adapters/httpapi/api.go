@@ -32,8 +32,8 @@ type API struct {
 
 // Sockets serves the WebSocket endpoints; the wsapi adapter provides it.
 type Sockets interface {
-	Work(w http.ResponseWriter, r *http.Request, q *ports.Queue, user string)
-	Watch(w http.ResponseWriter, r *http.Request, q *ports.Queue, id string)
+	Work(w http.ResponseWriter, r *http.Request, q *domain.Queue, user string)
+	Watch(w http.ResponseWriter, r *http.Request, q *domain.Queue, id string)
 }
 
 // Options configure an API.
@@ -124,7 +124,7 @@ func (a *API) resolveHost(next http.Handler) http.Handler {
 	})
 }
 
-func (a *API) lookupHost(header string) (*ports.Host, bool) {
+func (a *API) lookupHost(header string) (*domain.Host, bool) {
 	name := header
 	if h, _, err := net.SplitHostPort(header); err == nil {
 		name = h
@@ -155,8 +155,8 @@ func (a *API) resolveQueue(next http.Handler) http.Handler {
 	})
 }
 
-func hostOf(r *http.Request) *ports.Host   { return r.Context().Value(hostKey).(*ports.Host) }
-func queueOf(r *http.Request) *ports.Queue { return r.Context().Value(queueKey).(*ports.Queue) }
+func hostOf(r *http.Request) *domain.Host   { return r.Context().Value(hostKey).(*domain.Host) }
+func queueOf(r *http.Request) *domain.Queue { return r.Context().Value(queueKey).(*domain.Queue) }
 
 // authorize returns the requesting user's name ("" for anonymous) if it may
 // do at least one of the actions on the request's queue.

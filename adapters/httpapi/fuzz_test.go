@@ -136,8 +136,8 @@ func validMethod(m string) bool {
 // total is every task of both queues, by state.
 func total(repo *index.Store) [2]ports.Counts {
 	return [2]ports.Counts{
-		repo.Counts(ports.QueueRef{Host: testHost, Queue: "resize"}),
-		repo.Counts(ports.QueueRef{Host: testHost, Queue: "open"}),
+		repo.Counts(domain.QueueRef{Host: testHost, Queue: "resize"}),
+		repo.Counts(domain.QueueRef{Host: testHost, Queue: "open"}),
 	}
 }
 

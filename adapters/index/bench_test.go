@@ -17,7 +17,7 @@ import (
 )
 
 var (
-	benchRef   = ports.QueueRef{Host: "task.example.com", Queue: "resize"}
+	benchRef   = domain.QueueRef{Host: "task.example.com", Queue: "resize"}
 	benchEpoch = time.UnixMilli(1751500000000)
 )
 
@@ -44,7 +44,7 @@ func benchTask(tb testing.TB, n int, kind string) domain.Task {
 // schemaMatcher is a claim query as the app builds it (app.matcher).
 type schemaMatcher struct {
 	key    string
-	schema ports.Schema
+	schema domain.Schema
 }
 
 func (m *schemaMatcher) Key() string                     { return m.key }

@@ -14,7 +14,7 @@ import (
 // not the filesystem, decides who wins, and a Persister's files follow it.
 type queue struct {
 	mu   sync.Mutex
-	ref  ports.QueueRef
+	ref  domain.QueueRef
 	byID map[uint64]*entry
 	// dirs holds each state directory's tasks (dirPending, dirProcessing,
 	// dirDone) in claim order, which for pending is the order claims take.
@@ -33,7 +33,7 @@ const degree = 32
 
 func newTree() *btree.BTreeG[*entry] { return btree.NewG(degree, before) }
 
-func newQueue(ref ports.QueueRef) *queue {
+func newQueue(ref domain.QueueRef) *queue {
 	q := &queue{ref: ref, byID: make(map[uint64]*entry), views: newViews(), busy: make(map[uint64]chan struct{})}
 	for i := range q.dirs {
 		q.dirs[i] = newTree()

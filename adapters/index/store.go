@@ -52,7 +52,7 @@ type Store struct {
 	persist Persister
 
 	mu     sync.RWMutex // guards queues, not what is in them
-	queues map[ports.QueueRef]*queue
+	queues map[domain.QueueRef]*queue
 }
 
 // Option configures New.
@@ -66,7 +66,7 @@ func WithPersister(p Persister) Option {
 
 // New returns an empty store.
 func New(opts ...Option) *Store {
-	s := &Store{persist: memoryOnly{}, queues: make(map[ports.QueueRef]*queue)}
+	s := &Store{persist: memoryOnly{}, queues: make(map[domain.QueueRef]*queue)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -85,7 +85,7 @@ func (s *Store) Load(t domain.Task) (replaced domain.Status, err error) {
 	if err != nil {
 		return "", err
 	}
-	q := s.lookup(ports.KeyOf(t).Ref(), true)
+	q := s.lookup(domain.KeyOf(t).Ref(), true)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	old := q.byID[e.id]
@@ -98,7 +98,7 @@ func (s *Store) Load(t domain.Task) (replaced domain.Status, err error) {
 
 // lookup returns the queue of ref, creating its index entry when create is
 // set.
-func (s *Store) lookup(ref ports.QueueRef, create bool) *queue {
+func (s *Store) lookup(ref domain.QueueRef, create bool) *queue {
 	s.mu.RLock()
 	q := s.queues[ref]
 	s.mu.RUnlock()
@@ -130,7 +130,7 @@ func (s *Store) Create(ctx context.Context, t domain.Task, then ports.Then) erro
 	if err != nil {
 		return domain.E(domain.KindInvalid, "invalid_task", "%v", err)
 	}
-	q := s.lookup(ports.KeyOf(t).Ref(), true)
+	q := s.lookup(domain.KeyOf(t).Ref(), true)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if _, taken := q.byID[e.id]; taken || q.busy[e.id] != nil {
@@ -146,7 +146,7 @@ func (s *Store) Create(ctx context.Context, t domain.Task, then ports.Then) erro
 }
 
 // Get returns a copy of the task's current record, from the index.
-func (s *Store) Get(ctx context.Context, k ports.Key) (domain.Task, error) {
+func (s *Store) Get(ctx context.Context, k domain.Key) (domain.Task, error) {
 	q := s.lookup(k.Ref(), false)
 	if q == nil {
 		return domain.Task{}, domain.ErrNotFound
@@ -162,7 +162,7 @@ func (s *Store) Get(ctx context.Context, k ports.Key) (domain.Task, error) {
 
 // Update applies fn to a copy of the task and stores the result. When fn
 // fails it returns the unchanged record with fn's error.
-func (s *Store) Update(ctx context.Context, k ports.Key, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+func (s *Store) Update(ctx context.Context, k domain.Key, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
 	if err := ctx.Err(); err != nil {
 		return domain.Task{}, fmt.Errorf("update task %s: %w", k.ID, err)
 	}
@@ -182,7 +182,7 @@ func (s *Store) Update(ctx context.Context, k ports.Key, fn func(*domain.Task) e
 // ClaimNext applies fn to the oldest pending task of ref that m accepts.
 // The queue's mutex is what makes exactly one caller win each task: a task
 // being claimed is out of the pending tree until its claim is stored.
-func (s *Store) ClaimNext(ctx context.Context, ref ports.QueueRef, m ports.Matcher, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+func (s *Store) ClaimNext(ctx context.Context, ref domain.QueueRef, m ports.Matcher, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
 	if err := ctx.Err(); err != nil {
 		return domain.Task{}, fmt.Errorf("claim in %s/%s: %w", ref.Host, ref.Queue, err)
 	}
@@ -241,7 +241,7 @@ func (s *Store) apply(q *queue, cur *entry, fn func(*domain.Task) error, then po
 
 // Delete removes a task for good, if check (when not nil) approves of its
 // current record; otherwise it returns check's error and changes nothing.
-func (s *Store) Delete(ctx context.Context, k ports.Key, check func(domain.Task) error, then ports.Then) error {
+func (s *Store) Delete(ctx context.Context, k domain.Key, check func(domain.Task) error, then ports.Then) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("delete task %s: %w", k.ID, err)
 	}
@@ -274,7 +274,7 @@ func (s *Store) Delete(ctx context.Context, k ports.Key, check func(domain.Task)
 
 // Each calls fn with a copy of each task in dir, ordered by (postedAt, id),
 // until fn returns false. The queue is locked meanwhile.
-func (s *Store) Each(ctx context.Context, ref ports.QueueRef, dir string, fn func(domain.Task) bool) error {
+func (s *Store) Each(ctx context.Context, ref domain.QueueRef, dir string, fn func(domain.Task) bool) error {
 	if !slices.Contains(domain.Dirs, dir) {
 		return domain.E(domain.KindInvalid, "invalid_dir", "no state directory %q", dir)
 	}
@@ -298,7 +298,7 @@ func (s *Store) Each(ctx context.Context, ref ports.QueueRef, dir string, fn fun
 }
 
 // Counts reports how many tasks ref holds in each state directory.
-func (s *Store) Counts(ref ports.QueueRef) ports.Counts {
+func (s *Store) Counts(ref domain.QueueRef) ports.Counts {
 	q := s.lookup(ref, false)
 	if q == nil {
 		return ports.Counts{}
@@ -333,7 +333,7 @@ func checkNew(t domain.Task) (domain.Task, []byte, error) {
 // checkUpdate vets what an update's fn left: the same task (so the same
 // queue and file name), still a record that reads back from its stored form.
 func checkUpdate(cur, next domain.Task) (domain.Task, []byte, error) {
-	if ports.KeyOf(next) != ports.KeyOf(cur) {
+	if domain.KeyOf(next) != domain.KeyOf(cur) {
 		return domain.Task{}, nil, domain.E(domain.KindInternal, "identity_changed",
 			"update changed task %s/%s/%s into %s/%s/%s", cur.Host, cur.Queue, cur.ID, next.Host, next.Queue, next.ID)
 	}

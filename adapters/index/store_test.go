@@ -53,7 +53,7 @@ func TestPersister(t *testing.T) {
 	s := index.New(index.WithPersister(p))
 	now := time.UnixMilli(1751500000000)
 	posted, _ := domain.Post("a000000000000001", "task.example.com", "resize", json.RawMessage(`{}`), "alice", now)
-	k := ports.KeyOf(posted)
+	k := domain.KeyOf(posted)
 	claim := func(t *domain.Task) error {
 		next, _, err := t.Claim("box-1", time.Minute, now)
 		*t = next
@@ -141,13 +141,13 @@ func TestWritesRunOutsideTheLock(t *testing.T) {
 	now := time.UnixMilli(1751500000000)
 	g := &gate{id: "a000000000000001", entered: make(chan struct{}), open: make(chan struct{})}
 	s := index.New(index.WithPersister(g))
-	var keys []ports.Key
+	var keys []domain.Key
 	for n := range 2 {
 		posted, _ := domain.Post(fmt.Sprintf("a00000000000000%d", n+1), "task.example.com", "resize", json.RawMessage(`{}`), "alice", now.Add(time.Duration(n)*time.Second))
 		if err := s.Create(ctx, posted, nil); err != nil {
 			t.Fatal(err)
 		}
-		keys = append(keys, ports.KeyOf(posted))
+		keys = append(keys, domain.KeyOf(posted))
 	}
 	claimBy := func(worker string) func(*domain.Task) error {
 		return func(t *domain.Task) error {
@@ -201,14 +201,14 @@ func TestQueryTestsEachTaskOnce(t *testing.T) {
 	ctx := context.Background()
 	s := index.New()
 	now := time.UnixMilli(1751500000000)
-	post := func(n int, item string) ports.Key {
+	post := func(n int, item string) domain.Key {
 		t.Helper()
 		posted, _ := domain.Post(fmt.Sprintf("%016x", 0xd0000000+n), "task.example.com", "resize",
 			json.RawMessage(item), "", now.Add(time.Duration(n)*time.Second))
 		if err := s.Create(ctx, posted, nil); err != nil {
 			t.Fatal(err)
 		}
-		return ports.KeyOf(posted)
+		return domain.KeyOf(posted)
 	}
 	claim := func(t *domain.Task) error {
 		next, _, err := t.Claim("box-1", time.Minute, now)
@@ -219,7 +219,7 @@ func TestQueryTestsEachTaskOnce(t *testing.T) {
 	for n := range backlog {
 		post(n, `"image"`)
 	}
-	ref := ports.QueueRef{Host: "task.example.com", Queue: "resize"}
+	ref := domain.QueueRef{Host: "task.example.com", Queue: "resize"}
 	videos := &contract.CountingMatcher{Want: `"video"`}
 	for n := range 100 {
 		k := post(backlog+n, `"video"`)
@@ -232,7 +232,7 @@ func TestQueryTestsEachTaskOnce(t *testing.T) {
 		t.Errorf("query ran %d times for %d tasks, want once each", videos.Calls, backlog+100)
 	}
 	// A claimed video comes back: it is tested again, and taken again.
-	k := ports.Key{Host: ref.Host, Queue: ref.Queue, ID: fmt.Sprintf("%016x", 0xd0000000+backlog)}
+	k := domain.Key{Host: ref.Host, Queue: ref.Queue, ID: fmt.Sprintf("%016x", 0xd0000000+backlog)}
 	if _, err := s.Update(ctx, k, func(t *domain.Task) error {
 		next, _, err := t.Requeue(domain.CauseLease, now)
 		*t = next

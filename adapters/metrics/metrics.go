@@ -35,8 +35,8 @@ type Metrics struct {
 
 // Depths reports queue depths; the repository and the config together do.
 type Depths interface {
-	Queues() []*ports.Queue
-	Counts(q ports.QueueRef) ports.Counts
+	Queues() []*domain.Queue
+	Counts(q domain.QueueRef) ports.Counts
 }
 
 // New registers every metric on a fresh registry.
@@ -118,7 +118,7 @@ func (m *Metrics) Flushed(d time.Duration, callers int, err error) {
 }
 
 // ResultRefused counts a result that came after the task was terminal.
-func (m *Metrics) ResultRefused(q ports.QueueRef) {
+func (m *Metrics) ResultRefused(q domain.QueueRef) {
 	m.results.WithLabelValues(q.Host, q.Queue, "refused").Inc()
 }
 

@@ -5,14 +5,13 @@ import (
 	"testing"
 
 	"github.com/taskhoster/taskhoster/domain"
-	"github.com/taskhoster/taskhoster/ports"
 )
 
 // Subscriptions come and go, some closed, some cut off, while events are
 // published; afterwards the Hub holds nothing for them.
 func TestSubscriptionsLeaveNothingBehind(t *testing.T) {
 	h := NewHub()
-	keys := []ports.Key{
+	keys := []domain.Key{
 		{Host: "h", Queue: "q", ID: "0000000000000001"},
 		{Host: "h", Queue: "q", ID: "0000000000000002"},
 	}
@@ -57,7 +56,7 @@ func TestSubscriptionsLeaveNothingBehind(t *testing.T) {
 // A queue's line goes once nobody waits in it, woken or gone.
 func TestLineGoesWhenEmpty(t *testing.T) {
 	h := NewHub()
-	q := ports.QueueRef{Host: "h", Queue: "q"}
+	q := domain.QueueRef{Host: "h", Queue: "q"}
 	woken, gone := h.Wait(q), h.Wait(q)
 	h.Publish(domain.Event{Kind: domain.EventPosted, Task: domain.Task{Host: q.Host, Queue: q.Queue, ID: "0000000000000001"}})
 	woken.Leave()

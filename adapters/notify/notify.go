@@ -22,26 +22,26 @@ type Hub struct {
 	// lines holds, per queue, the claims waiting for a pending task, longest
 	// waiting first. An entry exists only while someone waits, so queues
 	// nobody waits on cost nothing.
-	lines map[ports.QueueRef]*list.List
+	lines map[domain.QueueRef]*list.List
 	// wakes numbers the tasks that became pending, across every queue; a
 	// waiter remembers the number when it joined, so a wake is only ever
 	// handed to waiters that joined before it (see Waiter.PassOn).
 	wakes uint64
 	// subs holds the live subscriptions of each task; an entry goes when its
 	// last subscription closes or is cut off.
-	subs map[ports.Key]map[*Subscription]struct{}
+	subs map[domain.Key]map[*Subscription]struct{}
 }
 
 // NewHub returns an empty Hub.
 func NewHub() *Hub {
 	return &Hub{
-		lines: make(map[ports.QueueRef]*list.List),
-		subs:  make(map[ports.Key]map[*Subscription]struct{}),
+		lines: make(map[domain.QueueRef]*list.List),
+		subs:  make(map[domain.Key]map[*Subscription]struct{}),
 	}
 }
 
 // Wait puts a claim in q's line for the next task to become pending.
-func (h *Hub) Wait(q ports.QueueRef) ports.Waiter {
+func (h *Hub) Wait(q domain.QueueRef) ports.Waiter {
 	w := &Waiter{hub: h, q: q, woken: make(chan struct{})}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -61,7 +61,7 @@ func (h *Hub) Wait(q ports.QueueRef) ports.Waiter {
 // events in the order they were published; it never blocks, because a
 // subscription that cannot take an event is cut off instead (see Lost).
 func (h *Hub) Publish(ev domain.Event) {
-	k := ports.KeyOf(ev.Task)
+	k := domain.KeyOf(ev.Task)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if ev.Kind == domain.EventPosted || ev.Kind == domain.EventRequeue {
@@ -85,7 +85,7 @@ func (h *Hub) Publish(ev domain.Event) {
 // wakeNext gives wake n to the waiter longest in q's line, if it joined
 // before the wake: one that joined later looked for tasks after this one
 // was there. h.mu is held.
-func (h *Hub) wakeNext(q ports.QueueRef, n uint64) {
+func (h *Hub) wakeNext(q domain.QueueRef, n uint64) {
 	l := h.lines[q]
 	if l == nil {
 		return
@@ -112,7 +112,7 @@ func (h *Hub) unline(w *Waiter) {
 // Waiter is one claim in its queue's line (see ports.Waiter).
 type Waiter struct {
 	hub   *Hub
-	q     ports.QueueRef
+	q     domain.QueueRef
 	since uint64        // the Hub's wakes when it joined
 	elem  *list.Element // its place in line; nil once woken or gone
 	woken chan struct{} // closed when woken
@@ -147,7 +147,7 @@ func (w *Waiter) PassOn() {
 
 // Subscribe starts delivering k's events to a new subscription, which holds
 // up to buffer of them (at least 1) until they are read. Close it when done.
-func (h *Hub) Subscribe(k ports.Key, buffer int) *Subscription {
+func (h *Hub) Subscribe(k domain.Key, buffer int) *Subscription {
 	s := &Subscription{hub: h, key: k, ch: make(chan domain.Event, max(buffer, 1))}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -181,7 +181,7 @@ func (h *Hub) drop(s *Subscription) {
 // Subscription receives the events of one task, in publish order.
 type Subscription struct {
 	hub  *Hub
-	key  ports.Key
+	key  domain.Key
 	ch   chan domain.Event
 	lost atomic.Bool
 }

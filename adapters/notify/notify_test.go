@@ -15,13 +15,13 @@ import (
 )
 
 var (
-	resize = ports.QueueRef{Host: "task.example.com", Queue: "resize"}
-	thumbs = ports.QueueRef{Host: "task.example.com", Queue: "thumbnail"}
+	resize = domain.QueueRef{Host: "task.example.com", Queue: "resize"}
+	thumbs = domain.QueueRef{Host: "task.example.com", Queue: "thumbnail"}
 )
 
 // event is an event of task id in q; n goes into attempts so that tests can
 // tell events apart and check their order.
-func event(q ports.QueueRef, id string, kind domain.EventKind, n int) domain.Event {
+func event(q domain.QueueRef, id string, kind domain.EventKind, n int) domain.Event {
 	return domain.Event{Kind: kind, Task: domain.Task{Host: q.Host, Queue: q.Queue, ID: id, Attempts: n}}
 }
 
@@ -178,13 +178,13 @@ func TestLineLosesNoTask(t *testing.T) {
 func TestEverySubscriberGetsEveryEventInOrder(t *testing.T) {
 	const subscribers, events = 16, 500
 	h := notify.NewHub()
-	k := ports.Key{Host: resize.Host, Queue: resize.Queue, ID: "9f2c1a0b7d4e6f83"}
+	k := domain.Key{Host: resize.Host, Queue: resize.Queue, ID: "9f2c1a0b7d4e6f83"}
 	subs := make([]*notify.Subscription, subscribers)
 	for i := range subs {
 		subs[i] = h.Subscribe(k, events) // room for all: none may be cut off
 	}
 	// Another task of the same queue, and another subscriber's own task.
-	otherSub := h.Subscribe(ports.Key{Host: resize.Host, Queue: resize.Queue, ID: "3a71bd0c5e2f9481"}, events)
+	otherSub := h.Subscribe(domain.Key{Host: resize.Host, Queue: resize.Queue, ID: "3a71bd0c5e2f9481"}, events)
 
 	got := make([][]int, subscribers)
 	var wg sync.WaitGroup
@@ -237,7 +237,7 @@ func TestEverySubscriberGetsEveryEventInOrder(t *testing.T) {
 func TestSlowSubscriberIsCutOffWithoutBlocking(t *testing.T) {
 	const events = 10
 	h := notify.NewHub()
-	k := ports.Key{Host: resize.Host, Queue: resize.Queue, ID: "9f2c1a0b7d4e6f83"}
+	k := domain.Key{Host: resize.Host, Queue: resize.Queue, ID: "9f2c1a0b7d4e6f83"}
 	slow := h.Subscribe(k, 2) // never read while publishing
 	fast := h.Subscribe(k, events)
 	defer fast.Close()

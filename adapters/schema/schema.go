@@ -55,7 +55,7 @@ type Compiler struct{}
 var _ ports.SchemaCompiler = Compiler{}
 
 // Compile is the package function Compile, typed for ports.SchemaCompiler.
-func (Compiler) Compile(raw json.RawMessage) (ports.Schema, error) {
+func (Compiler) Compile(raw json.RawMessage) (domain.Schema, error) {
 	s, err := Compile(raw)
 	if err != nil {
 		// Return a nil interface, not a typed nil *Schema.

@@ -18,7 +18,7 @@ import (
 	"github.com/taskhoster/taskhoster/ports"
 )
 
-var _ ports.Schema = (*schema.Schema)(nil)
+var _ domain.Schema = (*schema.Schema)(nil)
 
 func mustCompile(tb testing.TB, raw string) *schema.Schema {
 	tb.Helper()

@@ -10,7 +10,6 @@ import (
 
 	"github.com/taskhoster/taskhoster/adapters/notify"
 	"github.com/taskhoster/taskhoster/domain"
-	"github.com/taskhoster/taskhoster/ports"
 )
 
 // watchReadLimit bounds what a watcher may send: nothing is expected but
@@ -20,7 +19,7 @@ const watchReadLimit = 4 << 10
 // Watch serves the watch socket of task id of q (SPEC §3): the status view
 // at once, then a view on every change, and after a terminal view a close
 // with code 1000. httpapi has checked access and that the task exists.
-func (s *Sockets) Watch(w http.ResponseWriter, r *http.Request, q *ports.Queue, id string) {
+func (s *Sockets) Watch(w http.ResponseWriter, r *http.Request, q *domain.Queue, id string) {
 	leave, refused := s.enter(q.Host)
 	if refused != nil {
 		httpError(w, http.StatusServiceUnavailable, refused)
@@ -32,7 +31,7 @@ func (s *Sockets) Watch(w http.ResponseWriter, r *http.Request, q *ports.Queue, 
 	// event the subscription then gets is a change after the first view.
 	var sub *notify.Subscription
 	first, err := s.svc.Follow(r.Context(), q, id, func() {
-		sub = s.hub.Subscribe(ports.Key{Host: q.Host, Queue: q.Name, ID: id}, s.opts.WatchBuffer)
+		sub = s.hub.Subscribe(domain.Key{Host: q.Host, Queue: q.Name, ID: id}, s.opts.WatchBuffer)
 	})
 	if err != nil {
 		if errors.Is(err, domain.ErrNotFound) {
@@ -70,7 +69,7 @@ func (s *Sockets) Watch(w http.ResponseWriter, r *http.Request, q *ports.Queue, 
 type watcher struct {
 	*peer
 	s      *Sockets
-	q      *ports.Queue
+	q      *domain.Queue
 	id     string
 	sub    *notify.Subscription
 	first  domain.Task // the task when the subscription began

@@ -11,7 +11,6 @@ import (
 
 	"github.com/taskhoster/taskhoster/app"
 	"github.com/taskhoster/taskhoster/domain"
-	"github.com/taskhoster/taskhoster/ports"
 )
 
 // envelopeSlack is what one socket message may hold beyond the queue's
@@ -28,7 +27,7 @@ const maxReports = 256
 // Work serves the worker socket of q (SPEC §4) for user ("" if anonymous),
 // who has the work right. It returns when the socket has closed and every
 // task it still held is pending again.
-func (s *Sockets) Work(w http.ResponseWriter, r *http.Request, q *ports.Queue, user string) {
+func (s *Sockets) Work(w http.ResponseWriter, r *http.Request, q *domain.Queue, user string) {
 	name, bad := workerName(r, user)
 	if bad != nil {
 		httpError(w, http.StatusBadRequest, bad)
@@ -76,7 +75,7 @@ func workerName(r *http.Request, user string) (string, *domain.Error) {
 type worker struct {
 	*peer
 	s      *Sockets
-	q      *ports.Queue
+	q      *domain.Queue
 	name   string
 	logger *zap.Logger
 

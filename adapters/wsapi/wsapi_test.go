@@ -34,7 +34,7 @@ type gatedRepo struct {
 	release chan struct{}
 }
 
-func (g *gatedRepo) ClaimNext(ctx context.Context, q ports.QueueRef, m ports.Matcher, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+func (g *gatedRepo) ClaimNext(ctx context.Context, q domain.QueueRef, m ports.Matcher, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
 	t, err := g.TaskRepository.ClaimNext(ctx, q, m, fn, then)
 	if err == nil {
 		g.took <- struct{}{}
@@ -48,7 +48,7 @@ type fixture struct {
 	hub     *notify.Hub
 	repo    ports.TaskRepository
 	log     *memlog.Log
-	q       *ports.Queue
+	q       *domain.Queue
 	url     string
 	workEnd chan struct{} // one value each time a Work handler returns
 }
@@ -57,7 +57,7 @@ func newFixture(t testing.TB, repo ports.TaskRepository, opts wsapi.Options) *fi
 	t.Helper()
 	f := &fixture{
 		hub: notify.NewHub(), repo: repo, log: &memlog.Log{},
-		q: &ports.Queue{
+		q: &domain.Queue{
 			Host: "task.example.com", Name: "resize", Settings: domain.DefaultSettings(),
 			Progress: schema.Any(), Result: schema.Any(),
 		},
@@ -130,7 +130,7 @@ func TestClaimWonAsSocketDies(t *testing.T) {
 	close(repo.release)
 	<-f.workEnd // the socket is finished with
 
-	got, err := repo.Get(context.Background(), ports.KeyOf(task))
+	got, err := repo.Get(context.Background(), domain.KeyOf(task))
 	if err != nil {
 		t.Fatal(err)
 	}

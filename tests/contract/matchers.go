@@ -216,12 +216,12 @@ func testClaimMatchersAgainstModel(t *testing.T, r ports.TaskRepository) {
 		}
 		return found
 	}
-	pick := func(dir string) (ports.Key, bool) {
+	pick := func(dir string) (domain.Key, bool) {
 		list := ids(dir)
 		if len(list) == 0 {
-			return ports.Key{}, false
+			return domain.Key{}, false
 		}
-		return ports.Key{Host: Host, Queue: Queue, ID: list[rng.IntN(len(list))]}, true
+		return domain.Key{Host: Host, Queue: Queue, ID: list[rng.IntN(len(list))]}, true
 	}
 	posted := 0
 	for step := range 600 {

@@ -74,9 +74,9 @@ func TestRepository(t *testing.T, open func(t *testing.T) ports.TaskRepository) 
 func ID(n int) string { return fmt.Sprintf("%016x", 0xa0000000+n) }
 
 // key is the key of the n-th test task.
-func key(n int) ports.Key { return ports.Key{Host: Host, Queue: Queue, ID: ID(n)} }
+func key(n int) domain.Key { return domain.Key{Host: Host, Queue: Queue, ID: ID(n)} }
 
-var ref = ports.QueueRef{Host: Host, Queue: Queue}
+var ref = domain.QueueRef{Host: Host, Queue: Queue}
 
 // at is the epoch plus sec seconds.
 func at(sec int) time.Time { return epoch.Add(time.Duration(sec) * time.Second) }
@@ -115,7 +115,7 @@ func requeue(now time.Time) func(*domain.Task) error {
 	}
 }
 
-func mustGet(tb testing.TB, r ports.TaskRepository, k ports.Key) domain.Task {
+func mustGet(tb testing.TB, r ports.TaskRepository, k domain.Key) domain.Task {
 	tb.Helper()
 	t, err := r.Get(context.Background(), k)
 	if err != nil {
@@ -196,7 +196,7 @@ func testGetMissing(t *testing.T, r ports.TaskRepository) {
 		t.Errorf("get in an unknown queue = %v, want ErrNotFound", err)
 	}
 	mustPost(t, r, 1, 0, `{}`)
-	for _, k := range []ports.Key{
+	for _, k := range []domain.Key{
 		key(2),
 		{Host: Host, Queue: "other", ID: ID(1)},
 		{Host: "other.example.com", Queue: Queue, ID: ID(1)},
@@ -212,7 +212,7 @@ func testGetMissing(t *testing.T, r ports.TaskRepository) {
 	if err := r.Delete(ctx, key(2), nil, nil); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("delete of a missing task = %v, want ErrNotFound", err)
 	}
-	other := ports.QueueRef{Host: Host, Queue: "other"}
+	other := domain.QueueRef{Host: Host, Queue: "other"}
 	if _, err := r.ClaimNext(ctx, other, nil, claim("box-1", at(1)), nil); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("claim in an unknown queue = %v, want ErrNotFound", err)
 	}
@@ -444,7 +444,7 @@ func testClaimRace(t *testing.T, r ports.TaskRepository) {
 		t.Errorf("%d distinct claims and %d misses, want %d and %d", len(won), misses, tasks, workers-tasks)
 	}
 	for id, worker := range won {
-		got := mustGet(t, r, ports.Key{Host: Host, Queue: Queue, ID: id})
+		got := mustGet(t, r, domain.Key{Host: Host, Queue: Queue, ID: id})
 		if got.Status != domain.Processing || got.Attempts != 1 || got.Lease.Worker != worker {
 			t.Errorf("task %s = %s, %d attempts, lease %+v; want processing once by %s", id, got.Status, got.Attempts, got.Lease, worker)
 		}
@@ -531,7 +531,7 @@ func testEach(t *testing.T, r ports.TaskRepository) {
 	if got := ids("done", 100); len(got) != 0 {
 		t.Errorf("done = %v, want none", got)
 	}
-	if err := r.Each(ctx, ports.QueueRef{Host: Host, Queue: "other"}, "pending", func(domain.Task) bool {
+	if err := r.Each(ctx, domain.QueueRef{Host: Host, Queue: "other"}, "pending", func(domain.Task) bool {
 		t.Error("Each called fn for an unknown queue")
 		return true
 	}); err != nil {
