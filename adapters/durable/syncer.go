@@ -1,10 +1,35 @@
-// Package durable makes the stores' writes durable with group commit: one
-// flush serves every caller that asked while the previous flush ran, so a
-// busy server pays for a few flushes a second, not one per request (SPEC
-// §6, "Concurrent writes may share one fsync"). The server's flush is the
-// journal's commit (adapters/journal, given to NewFunc); New flushes whole
-// filesystems with syncfs, and FS is that flush on its own, which the
-// journal's checkpoints use.
+// Package durable is the server's durability (SPEC §6): the write-ahead
+// journal of the task files and the event log, its checkpoints, its replay
+// after a power loss, and the group commit that makes a write durable
+// before the client is told (ports.Syncer).
+//
+// Under --sync always every task-file write and every event line is also
+// recorded in <items>/.journal/, and a write is durable once its record is:
+// a group commit costs one fdatasync of a few sequential kilobytes instead
+// of a flush of every task file, directory and inode the batch touched
+// (ARCHITECTURE.md, "Group commit through a journal"). One commit serves
+// every caller that asked while the previous one ran, so a busy server pays
+// for a few commits a second, not one per request ("Concurrent writes may
+// share one fsync").
+//
+// The files are still written first and in full: they are what a reader
+// and a restart see. The journal only matters after a power loss (or a
+// kernel crash): at the first start-up after the reboot, Replay rewrites
+// each file whose data never reached the disc from its record. A
+// checkpoint (syncfs of the items' and logs' filesystems, run in the
+// background) makes every file written so far durable, after which the
+// records before it are no longer needed.
+//
+// The journal is two files used in turn. Each begins with a lap record
+// naming its lap number, the boot and the folders; when the one being
+// written reaches its size limit the other is started with the next lap,
+// and a checkpoint begins. The other file is only overwritten once that
+// checkpoint is done, so the two files together always hold every write
+// since the older lap began: Replay applies both laps, older first.
+//
+// The stores see none of this: each is handed a Root, the journal of its
+// folder, through an interface it declares itself (fsstore.Journal,
+// eventlog.Journal).
 package durable
 
 import (
@@ -13,11 +38,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"go.uber.org/zap"
 
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
@@ -28,190 +52,256 @@ var (
 	_ ports.Syncer = None{}
 )
 
-// Syncer runs a flush for many callers at once. Made by New, the flush is
-// syncfs(2) of whole filesystems: every file and directory entry written on
-// them, by any of the stores, reaches stable storage, task files, renames,
-// unlinks and event log lines at once, which per-file fsync could only do
-// with many calls.
+// RootName names a folder the journal covers.
+type RootName string
+
+const (
+	Items RootName = "items" // the items folder: task files
+	Logs  RootName = "logs"  // the logs folder: event-log lines
+)
+
+// rootNames is the roots' order on disc: a record's root byte is its
+// root's place here, and a lap record lists the folders in this order. A
+// journal written by an earlier version must still replay, so it never
+// changes.
+var rootNames = [...]RootName{Items, Logs}
+
+// journalDir is the journal's folder in the items folder. Its name cannot
+// be a host's (host names do not begin with a dot), so the store's scan
+// passes it by.
+const journalDir = ".journal"
+
+// DefaultLimit is the size at which a journal file is left for the other
+// and a checkpoint begins: large enough that checkpoints are a few seconds
+// apart at full speed, small enough that a replay after a power loss is
+// quick.
+const DefaultLimit = 32 << 20
+
+// Config says which folders the journal covers and whether it records.
+type Config struct {
+	Items string // the items folder; the journal is in <Items>/.journal
+	Logs  string // the logs folder
+	// Record is --sync always: every write is recorded and Sync commits.
+	// Without it (--sync none) nothing is recorded and Sync returns at
+	// once, but a journal a crashed run under --sync always left is still
+	// replayed (Replay) and then removed (Settle), so that no later run
+	// replays its old records over this run's writes.
+	Record bool
+	// Limit is the size of a lap (0: DefaultLimit).
+	Limit int64
+	// Checkpoint makes every file written so far durable (nil: syncfs of
+	// the filesystems holding Items and Logs). Tests replace it.
+	Checkpoint func() error
+	Logger     *zap.Logger // nil: nothing is logged
+}
+
+// Syncer is the durability adapter: the journal, written through the Roots
+// it hands out, and group commit over it. Open it, hand its Roots to the
+// stores, Close it after them.
 type Syncer struct {
+	record bool
+	dir    string // the journal's folder
+	log    *zap.Logger
+
+	// commitMu lets one of commit, Settle and Close at a time touch the
+	// journal's files: a clean stop's Settle may meet a commit still
+	// running for a caller that gave up waiting.
+	commitMu sync.Mutex
+	journal  *journal     // nil: no journal (--sync none, or its leftover removed)
+	fsys     *fileSystems // the checkpoint's filesystems; nil with Config.Checkpoint
+	// beforeCommit flushes what the roots' owners write beside their
+	// records (BeforeCommit); set before serving, then only read.
+	beforeCommit []func() error
+
+	mu       sync.Mutex
+	observer FlushObserver // told of every flush; nil: nobody is
+	running  bool          // a flush loop is going
+	next     *batch        // callers waiting for a flush that has not started yet
+	closed   bool
+	loop     sync.WaitGroup
+
+	// flush is one group commit; commit, but for the group commit's tests.
 	flush func() error
-	fsys  *FS // the filesystems New flushes; nil for NewFunc
-	// trailing is how many further flushes must finish after the one that
-	// serves a batch before the batch is durable (see New).
-	trailing int
+}
 
-	observe func(Flush) // told of every flush; nil: nobody is
+// Open opens the journal in cfg.Items/.journal (under Record, creating it
+// and the folders; otherwise only if a run under --sync always left one).
+// It does not replay: the items folder's store calls Replay once it holds
+// the folder's lock, and then Settle.
+func Open(cfg Config) (*Syncer, error) {
+	s := &Syncer{record: cfg.Record, dir: filepath.Join(cfg.Items, journalDir), log: cfg.Logger}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	s.flush = s.commit
+	if !cfg.Record {
+		if _, err := os.Stat(s.dir); err != nil {
+			return s, nil // nothing left over
+		}
+	}
+	for _, d := range []string{cfg.Items, cfg.Logs} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("open journal: %w", err)
+		}
+	}
+	checkpoint := cfg.Checkpoint
+	if checkpoint == nil {
+		fsys, err := openFileSystems(cfg.Items, cfg.Logs)
+		if err != nil {
+			return nil, err
+		}
+		s.fsys, checkpoint = fsys, fsys.flushAll
+	}
+	limit := cfg.Limit
+	if limit == 0 {
+		limit = DefaultLimit
+	}
+	j, err := openJournal(s.dir, limit, checkpoint, []string{cfg.Items, cfg.Logs}) // rootNames' order
+	if err != nil {
+		_ = s.closeFiles()
+		return nil, err
+	}
+	s.journal = j
+	return s, nil
+}
 
-	mu      sync.Mutex
-	running bool   // a flush loop is going
-	next    *batch // callers waiting for a flush that has not started yet
-	closed  bool
-	loop    sync.WaitGroup
+// Root is the journal of one folder: each store records its writes through
+// its own, by paths inside that folder. Under --sync none it records
+// nothing.
+type Root struct {
+	s     *Syncer
+	index int // the root's byte on disc: its place in rootNames
+}
+
+// Root returns the journal of the folder name.
+func (s *Syncer) Root(name RootName) *Root { return &Root{s: s, index: rootIndex(name)} }
+
+// rootIndex is name's place in rootNames.
+func rootIndex(name RootName) int {
+	for i, n := range rootNames {
+		if n == name {
+			return i
+		}
+	}
+	panic("durable: no root " + string(name)) // a wiring bug
+}
+
+func (r *Root) add(o op, path string, off int64, data []byte) {
+	if r.s.record {
+		r.s.journal.add(o, r.index, path, off, data)
+	}
+}
+
+// Put records that the file at path now holds data. Call it after the
+// write succeeded and before the Sync that acknowledges it.
+func (r *Root) Put(path string, data []byte) { r.add(opPut, path, 0, data) }
+
+// Remove records that the file at path is gone.
+func (r *Root) Remove(path string) { r.add(opRemove, path, 0, nil) }
+
+// Append records that the file at path holds data from byte off (a line
+// appended to a log).
+func (r *Root) Append(path string, off int64, data []byte) { r.add(opAppend, path, off, data) }
+
+// BeforeCommit has flush run before every commit, for what the folder's
+// owner writes without recording it (the event log's archived payloads):
+// it is durable before any record naming it is. Call it before serving.
+func (r *Root) BeforeCommit(flush func() error) {
+	r.s.beforeCommit = append(r.s.beforeCommit, flush)
+}
+
+// Replay and Settle are the whole journal's, not the root's: the items
+// folder's store calls them, as the one that holds the folders' lock.
+
+// Replay rewrites from the journal every file whose write a power loss may
+// have taken (see journal.replay), and reports how many records it applied
+// and how many files it changed. Call it before anything reads the files.
+func (r *Root) Replay() (records, changed int, err error) { return r.s.Replay() }
+
+// Settle makes every write so far durable and empties the journal (see
+// Syncer.Settle).
+func (r *Root) Settle() error { return r.s.Settle() }
+
+// Replay is Root.Replay.
+func (s *Syncer) Replay() (records, changed int, err error) {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	if s.journal == nil {
+		return 0, 0, nil
+	}
+	return s.journal.replay()
+}
+
+// Settle makes every write so far durable with a checkpoint and empties
+// the journal: at start-up once Replay's and the scan's repairs are made,
+// and at a clean stop, so that the next start has nothing to replay. Under
+// --sync none it removes a leftover journal instead, once replayed.
+func (s *Syncer) Settle() error {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	if s.journal == nil {
+		return nil
+	}
+	if s.record {
+		return s.journal.settle()
+	}
+	err := errors.Join(s.journal.settle(), s.closeFiles())
+	s.journal = nil // a later Replay or Settle has nothing to do
+	if err != nil {
+		return err
+	}
+	if err := os.RemoveAll(s.dir); err != nil {
+		return fmt.Errorf("remove the journal: %w", err)
+	}
+	s.log.Info("replayed and removed the journal of a run under --sync always")
+	return nil
+}
+
+// commit is one group commit: the roots' owners flush what they wrote
+// beside their records, then the journal writes and fdatasyncs the records
+// added since the last commit.
+func (s *Syncer) commit() error {
+	var errs []error
+	for _, flush := range s.beforeCommit {
+		errs = append(errs, flush())
+	}
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	if s.journal != nil {
+		errs = append(errs, s.journal.commit())
+	}
+	return errors.Join(errs...)
+}
+
+// FlushObserver is told of every flush, for metrics (metrics.Metrics): how
+// long it took, how many callers it served and whether it failed.
+type FlushObserver interface {
+	Flushed(d time.Duration, callers int, err error)
+}
+
+// Observe has o told of every flush, from the flushing goroutine.
+func (s *Syncer) Observe(o FlushObserver) {
+	s.mu.Lock()
+	s.observer = o
+	s.mu.Unlock()
 }
 
 // batch is the callers served by one flush.
 type batch struct {
 	done    chan struct{} // closed once the batch is durable
 	err     error
-	passes  int // trailing flushes finished since the one that served it
 	callers int
 }
 
-// Flush is what one flush did, for metrics: how long it took, how many
-// callers it served first (0 for a trailing flush that served nobody new)
-// and whether it failed.
-type Flush struct {
-	Duration time.Duration
-	Callers  int
-	Err      error
-}
-
-// Observe has fn told of every flush, from the flushing goroutine; set it
-// before the first Sync.
-func (s *Syncer) Observe(fn func(Flush)) { s.observe = fn }
-
-// New returns a Syncer for the filesystems holding dirs (which must exist).
-// Dirs on the same filesystem are flushed once.
-func New(dirs ...string) (*Syncer, error) {
-	fsys, err := OpenFS(dirs...)
-	if err != nil {
-		return nil, err
-	}
-	s := NewFunc(fsys.Flush, fsys.trailing)
-	s.fsys = fsys
-	return s, nil
-}
-
-// FS flushes whole filesystems with syncfs(2).
-type FS struct {
-	files    []*os.File // one directory per distinct filesystem
-	trailing int        // see needsTrailingFlush
-}
-
-// OpenFS prepares to flush the filesystems holding dirs (which must exist).
-// Dirs on the same filesystem are flushed once.
-func OpenFS(dirs ...string) (*FS, error) {
-	seen := map[uint64]bool{}
-	fsys := &FS{}
-	fail := func(err error) (*FS, error) {
-		_ = fsys.Close()
-		return nil, err
-	}
-	for _, dir := range dirs {
-		f, err := os.Open(dir)
-		if err != nil {
-			return fail(fmt.Errorf("open %s for syncing: %w", dir, err))
-		}
-		var st unix.Stat_t
-		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-			_ = f.Close()
-			return fail(fmt.Errorf("stat %s: %w", dir, err))
-		}
-		if seen[st.Dev] {
-			_ = f.Close()
-			continue
-		}
-		seen[st.Dev] = true
-		fsys.files = append(fsys.files, f)
-		if needsTrailingFlush(f, st.Dev) {
-			fsys.trailing = 1
-		}
-	}
-	return fsys, nil
-}
-
-// Flush syncfs's each filesystem once.
-func (fsys *FS) Flush() error {
-	var errs []error
-	for _, f := range fsys.files {
-		if err := unix.Syncfs(int(f.Fd())); err != nil {
-			errs = append(errs, fmt.Errorf("syncfs %s: %w", f.Name(), err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// FlushAll makes every write made before the call durable on its own: it
-// flushes once more where one flush is not enough (see needsTrailingFlush).
-func (fsys *FS) FlushAll() error {
-	for range 1 + fsys.trailing {
-		if err := fsys.Flush(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// Trailing reports how many flushes after the first a write needs.
-func (fsys *FS) Trailing() int { return fsys.trailing }
-
-// Close releases the directories.
-func (fsys *FS) Close() error {
-	var errs []error
-	for _, f := range fsys.files {
-		errs = append(errs, f.Close())
-	}
-	fsys.files = nil
-	return errors.Join(errs...)
-}
-
-// ext2/3/4 share this statfs magic number.
-const extMagic = 0xEF53
-
-// needsTrailingFlush reports whether one syncfs is not enough on f's
-// filesystem. On ext4 without a journal, syncfs issues the device's cache
-// flush before its last write-out of the metadata buffers (inode tables,
-// directory blocks), so only the next syncfs's cache flush is known to
-// cover a rename: a batch must then wait for the flush that served it and
-// the one after it (under load they run back to back, so this costs
-// latency, not throughput). With a journal, syncfs commits it with a cache
-// flush that covers the metadata, and one flush is enough; so it is on
-// filesystems whose sync forces their own log (XFS, btrfs). A journaled
-// ext filesystem has an entry /proc/fs/jbd2/<device>-<journal inode>.
-func needsTrailingFlush(f *os.File, dev uint64) bool {
-	var fs unix.Statfs_t
-	if err := unix.Fstatfs(int(f.Fd()), &fs); err != nil || fs.Type != extMagic {
-		return err != nil // unknown: be safe
-	}
-	name := deviceName(dev)
-	if name == "" {
-		return true
-	}
-	journals, _ := filepath.Glob("/proc/fs/jbd2/" + name + "-*")
-	return len(journals) == 0
-}
-
-// deviceName is the kernel's name (vda, loop0) of the block device dev.
-func deviceName(dev uint64) string {
-	uevent, err := os.ReadFile(fmt.Sprintf("/sys/dev/block/%d:%d/uevent", unix.Major(dev), unix.Minor(dev)))
-	if err != nil {
-		return ""
-	}
-	for _, line := range strings.Split(string(uevent), "\n") {
-		if name, ok := strings.CutPrefix(line, "DEVNAME="); ok {
-			return name
-		}
-	}
-	return ""
-}
-
-// Trailing reports how many flushes after the one serving a batch it waits
-// for (1 on ext4 without a journal, else 0); for logs and benchmarks.
-func (s *Syncer) Trailing() int { return s.trailing }
-
-// NewFunc returns a Syncer that group-commits calls to flush: for tests, and
-// for anything that is made durable some other way than syncfs. trailing is
-// how many more flushes must finish after the one serving a batch (0 when a
-// flush is durable on its own).
-func NewFunc(flush func() error, trailing int) *Syncer {
-	return &Syncer{flush: flush, trailing: trailing}
-}
-
-// Sync returns once a flush that began after this call has finished, so
-// every write completed before the call is on stable storage. A failed
-// flush fails every caller it served, with a KindUnavailable error. A
-// cancelled ctx stops the wait, not the flush.
+// Sync returns once a commit that began after this call has finished, so
+// every write recorded before the call is on stable storage. A failed
+// commit fails every caller it served, with a KindUnavailable error. A
+// cancelled ctx stops the wait, not the commit. Under --sync none it
+// returns at once.
 func (s *Syncer) Sync(ctx context.Context) error {
+	if !s.record {
+		return nil
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -240,37 +330,28 @@ func (s *Syncer) Sync(ctx context.Context) error {
 
 // run flushes batch after batch until no caller is waiting. Callers who
 // arrive during a flush gather in s.next and are served together by the
-// following one; a served batch then waits for s.trailing more flushes,
-// which run even if nobody new is waiting.
+// following one.
 func (s *Syncer) run() {
-	var served []*batch // flushed, waiting for trailing flushes, oldest first
 	s.mu.Lock()
-	for s.next != nil || len(served) > 0 {
+	for s.next != nil {
 		b := s.next
 		s.next = nil
+		observer := s.observer
 		s.mu.Unlock()
 
 		start := time.Now()
 		err := s.flush()
-		if s.observe != nil {
-			f := Flush{Duration: time.Since(start), Err: err}
-			if b != nil {
-				f.Callers = b.callers // complete: b left s.next under the lock
+		if observer != nil {
+			// b.callers is complete: b left s.next under the lock.
+			observer.Flushed(time.Since(start), b.callers, err)
+		}
+		if err != nil {
+			b.err = &domain.Error{
+				Kind: domain.KindUnavailable, Code: domain.CodeStorageUnavailable,
+				Message: "flush to stable storage failed", Err: err,
 			}
-			s.observe(f)
 		}
-		for _, w := range served {
-			w.fail(err)
-			w.passes++
-		}
-		if b != nil {
-			b.fail(err)
-			served = append(served, b)
-		}
-		for len(served) > 0 && served[0].passes >= s.trailing {
-			close(served[0].done)
-			served = served[1:]
-		}
+		close(b.done)
 
 		s.mu.Lock()
 	}
@@ -278,31 +359,36 @@ func (s *Syncer) run() {
 	s.mu.Unlock()
 }
 
-// fail records the first flush error a batch met.
-func (b *batch) fail(err error) {
-	if err != nil && b.err == nil {
-		b.err = &domain.Error{
-			Kind: domain.KindUnavailable, Code: domain.CodeStorageUnavailable,
-			Message: "flush to stable storage failed", Err: err,
-		}
-	}
-}
-
-// Close refuses further calls, waits for the flushes already asked for and
-// releases the directories.
+// Close refuses further Syncs, waits for the commits already asked for and
+// closes the journal's files. It does not settle (the items folder's store
+// does, at its Close): records not committed are lost, as they were never
+// acknowledged.
 func (s *Syncer) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
 	s.loop.Wait()
-	if s.fsys != nil {
-		return s.fsys.Close()
-	}
-	return nil
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	return s.closeFiles()
 }
 
-// None is the Syncer of --sync none: writes are left to the kernel's own
-// schedule, for tests and throwaway queues.
+// closeFiles closes the journal and the checkpoint's directories; closing
+// twice is harmless. s.journal stays set: under --sync always a Root reads
+// it without commitMu. The caller holds commitMu, or is Open.
+func (s *Syncer) closeFiles() error {
+	var errs []error
+	if s.journal != nil {
+		errs = append(errs, s.journal.close())
+	}
+	if s.fsys != nil {
+		errs = append(errs, s.fsys.close())
+	}
+	return errors.Join(errs...)
+}
+
+// None is a Syncer that does nothing, for tests of other adapters that
+// need no durability.
 type None struct{}
 
 // Sync does nothing.

@@ -1,17 +1,14 @@
-package durable_test
+package durable
 
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
-	"github.com/taskhoster/taskhoster/adapters/durable"
 	"github.com/taskhoster/taskhoster/domain"
 )
 
@@ -30,11 +27,19 @@ func (g *gatedFlush) flush() error {
 }
 
 // goSync calls s.Sync in a goroutine and returns where its result will land.
-func goSync(ctx context.Context, s *durable.Syncer) <-chan error {
+func goSync(ctx context.Context, s *Syncer) <-chan error {
 	done := make(chan error, 1)
 	go func() { done <- s.Sync(ctx) }()
 	return done
 }
+
+// groupCommit is a Syncer whose commit is flush.
+func groupCommit(flush func() error) *Syncer { return &Syncer{record: true, flush: flush} }
+
+// callersSeen hears of every flush and keeps how many callers each served.
+type callersSeen []int
+
+func (c *callersSeen) Flushed(_ time.Duration, callers int, _ error) { *c = append(*c, callers) }
 
 func assertWaiting(tb testing.TB, name string, done <-chan error) {
 	tb.Helper()
@@ -70,9 +75,9 @@ func assertCalls(tb testing.TB, g *gatedFlush, want int32) {
 func TestCallerArrivingMidFlushWaitsForTheNext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGatedFlush()
-		s := durable.NewFunc(g.flush, 0)
-		var served []int // callers of each flush, as the observer hears them
-		s.Observe(func(f durable.Flush) { served = append(served, f.Callers) })
+		s := groupCommit(g.flush)
+		var served callersSeen // callers of each flush, as the observer hears them
+		s.Observe(&served)
 		ctx := context.Background()
 
 		first := goSync(ctx, s)
@@ -107,9 +112,9 @@ func TestConcurrentCallersShareOneFlush(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const callers = 50
 		g := newGatedFlush()
-		s := durable.NewFunc(g.flush, 0)
-		var served []int // callers of each flush, as the observer hears them
-		s.Observe(func(f durable.Flush) { served = append(served, f.Callers) })
+		s := groupCommit(g.flush)
+		var served callersSeen // callers of each flush, as the observer hears them
+		s.Observe(&served)
 		ctx := context.Background()
 
 		first := goSync(ctx, s)
@@ -153,7 +158,7 @@ func TestConcurrentCallersShareOneFlush(t *testing.T) {
 func TestFlushErrorReachesEveryCallerOfItsBatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGatedFlush()
-		s := durable.NewFunc(g.flush, 0)
+		s := groupCommit(g.flush)
 		ctx := context.Background()
 		cause := errors.New("EIO from the disc")
 
@@ -194,7 +199,7 @@ func TestFlushErrorReachesEveryCallerOfItsBatch(t *testing.T) {
 func TestCancelledCallerStopsWaiting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGatedFlush()
-		s := durable.NewFunc(g.flush, 0)
+		s := groupCommit(g.flush)
 
 		ctx, cancel := context.WithCancel(context.Background())
 		impatient := goSync(ctx, s)
@@ -226,7 +231,7 @@ func TestCancelledCallerStopsWaiting(t *testing.T) {
 func TestCloseWaitsForFlushAndRefusesLaterCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGatedFlush()
-		s := durable.NewFunc(g.flush, 0)
+		s := groupCommit(g.flush)
 		pending := goSync(context.Background(), s)
 		synctest.Wait()
 
@@ -250,76 +255,8 @@ func TestCloseWaitsForFlushAndRefusesLaterCalls(t *testing.T) {
 	})
 }
 
-// TestSyncfs flushes a real filesystem.
-func TestSyncfs(t *testing.T) {
-	a, b := t.TempDir(), t.TempDir()
-	s, err := durable.New(a, b, a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(a, "x.json"), []byte("{}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Sync(context.Background()); err != nil {
-		t.Fatalf("sync: %v", err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("close: %v", err)
-	}
-
-	if _, err := durable.New(filepath.Join(a, "missing")); err == nil {
-		t.Error("New accepted a directory that does not exist")
-	}
-}
-
 func TestNone(t *testing.T) {
-	if err := (durable.None{}).Sync(context.Background()); err != nil {
+	if err := (None{}).Sync(context.Background()); err != nil {
 		t.Errorf("None.Sync = %v", err)
-	}
-}
-
-// TestTrailingFlush: with one trailing flush, a lone caller is released only
-// after the flush that served it and one more, even with nobody else waiting.
-func TestTrailingFlush(t *testing.T) {
-	var mu sync.Mutex
-	flushes := 0
-	s := durable.NewFunc(func() error {
-		mu.Lock()
-		flushes++
-		mu.Unlock()
-		return nil
-	}, 1)
-	defer s.Close()
-	for want := 2; want <= 6; want += 2 {
-		if err := s.Sync(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		mu.Lock()
-		got := flushes
-		mu.Unlock()
-		if got != want {
-			t.Fatalf("after a Sync, %d flushes ran; want %d", got, want)
-		}
-	}
-}
-
-// TestTrailingFollowsTheFilesystem: one trailing flush on ext4 without a
-// journal (this machine's own disc), none on tmpfs, whose data never
-// reaches a disc anyway.
-func TestTrailingFollowsTheFilesystem(t *testing.T) {
-	for _, c := range []struct {
-		dir  string
-		want int
-	}{
-		{"/dev/shm", 0},
-	} {
-		s, err := durable.New(c.dir)
-		if err != nil {
-			t.Skipf("%s: %v", c.dir, err)
-		}
-		if got := s.Trailing(); got != c.want {
-			t.Errorf("%s: trailing %d, want %d", c.dir, got, c.want)
-		}
-		s.Close()
 	}
 }

@@ -105,9 +105,9 @@ func archiveFolder(root, host, queue, id string) (string, error) {
 
 // archive writes ev's bodies to its task's archive folder and returns their
 // names for the line's "archived". It runs before the line is written, so a
-// line never names a body that is not there. It does not sync: the shared
-// ports.Syncer's flush of the logs filesystem covers these files too, and at
-// shutdown Sync does.
+// line never names a body that is not there. It does not sync: before the
+// journal's next commit flushArchive syncs the logs filesystem, which covers
+// these files, and at shutdown Sync does.
 //
 // It holds archiveMu for reading: archives of different tasks are written
 // side by side, and Prune, which takes it for writing, never removes a

@@ -18,7 +18,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/taskhoster/taskhoster/adapters/journal"
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
 )
@@ -40,7 +39,7 @@ type Log struct {
 	closed bool
 	// journal, if set (UseJournal), records every line; sizes are the open
 	// day files' sizes, where the next line of each goes.
-	journal *journal.Journal
+	journal Journal
 	sizes   map[string]int64
 
 	// archiveMu is held for reading while bodies are written to the archive
@@ -111,7 +110,7 @@ func (l *Log) Append(_ context.Context, ev domain.Event, archive bool) error {
 	if l.journal != nil {
 		off := l.sizes[day]
 		l.sizes[day] = off + int64(len(b))
-		l.journal.Append(journal.Logs, filepath.Join("tasks", day+".jsonl"), off, b)
+		l.journal.Append(filepath.Join("tasks", day+".jsonl"), off, b)
 	}
 	if err := l.retire(); err != nil {
 		return unavailable(err)
@@ -217,7 +216,7 @@ func (l *Log) retire() error {
 // Sync makes every line appended so far durable: it fdatasyncs the open day
 // files and fsyncs the tasks folder, which holds the names of new ones. The
 // app calls it at shutdown; while serving, the journal's commits make the
-// lines durable (UseJournal, Flush).
+// lines durable (UseJournal).
 //
 // It first flushes the archived payloads, if any (syncArchive).
 func (l *Log) Sync() error {
@@ -241,20 +240,32 @@ func (l *Log) Sync() error {
 	return nil
 }
 
-// UseJournal has every line recorded in j (root journal.Logs must be this
-// log's folder), so that a commit of j makes the lines durable. Call it
-// before the first Append.
-func (l *Log) UseJournal(j *journal.Journal) {
-	l.journal = j
-	l.sizes = make(map[string]int64)
+// Journal is what the log needs of the durability adapter
+// (adapters/durable: the Root of the logs folder, which records nothing
+// under --sync none).
+type Journal interface {
+	// Append records that the file at path (inside the logs folder) holds
+	// data from byte off.
+	Append(path string, off int64, data []byte)
+	// BeforeCommit has flush run before each commit of the journal.
+	BeforeCommit(flush func() error)
 }
 
-// Flush makes what Append wrote durable beyond the journal's records (see
-// UseJournal, which every caller of Flush has set up): the archived
-// payloads, if any were written since the last flush. It is the event log's
-// part of a group commit (app/server's SyncModule), and does not hold up
+// UseJournal has every line recorded in j, so that a commit of j makes the
+// lines durable. The archived payloads are not recorded: before each
+// commit, j has them flushed (flushArchive). Call it before the first
 // Append.
-func (l *Log) Flush() error {
+func (l *Log) UseJournal(j Journal) {
+	l.journal = j
+	l.sizes = make(map[string]int64)
+	j.BeforeCommit(l.flushArchive)
+}
+
+// flushArchive makes the archived payloads written since the last call
+// durable: the part of what Append wrote that the journal's records do not
+// cover. The journal runs it before each commit, so that no line it makes
+// durable names a payload that is not; it does not hold up Append.
+func (l *Log) flushArchive() error {
 	if err := l.syncArchive(); err != nil {
 		return unavailable(err)
 	}

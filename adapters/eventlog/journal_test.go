@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/taskhoster/taskhoster/adapters/journal"
+	"github.com/taskhoster/taskhoster/adapters/durable"
 )
 
 // TestLinesGoToTheJournalAtTheirOffsets: with a journal, each line is
@@ -24,24 +24,25 @@ func TestLinesGoToTheJournalAtTheirOffsets(t *testing.T) {
 	if err := os.WriteFile(path, []byte(earlier+`{"id":"torn`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	jdir, items := t.TempDir(), t.TempDir()
-	t.Setenv(journal.BootEnv, "before")
-	j, err := journal.Open(jdir, journal.DefaultLimit, func() error { return nil }, items, dir)
+	items := t.TempDir()
+	t.Setenv(durable.BootEnv, "before")
+	noCheckpoint := func() error { return nil }
+	j, err := durable.Open(durable.Config{Items: items, Logs: dir, Record: true, Checkpoint: noCheckpoint})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := j.Reset(); err != nil {
+	if err := j.Settle(); err != nil { // the first lap
 		t.Fatal(err)
 	}
 	l := mustOpen(t, dir)
-	l.UseJournal(j)
+	l.UseJournal(j.Root(durable.Logs))
 	at := time.Date(2026, 7, 26, 9, 0, 0, 0, time.UTC)
 	for _, id := range []string{"00000000000000c1", "00000000000000c2", "00000000000000c3"} {
 		if err := l.Append(context.Background(), eventAt(t, id, at), false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := j.Commit(); err != nil {
+	if err := j.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	written, err := os.ReadFile(path)
@@ -54,8 +55,8 @@ func TestLinesGoToTheJournalAtTheirOffsets(t *testing.T) {
 	if err := os.WriteFile(path, []byte(earlier), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(journal.BootEnv, "after")
-	again, err := journal.Open(jdir, journal.DefaultLimit, func() error { return nil }, items, dir)
+	t.Setenv(durable.BootEnv, "after")
+	again, err := durable.Open(durable.Config{Items: items, Logs: dir, Record: true, Checkpoint: noCheckpoint})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"syscall"
 
 	"github.com/taskhoster/taskhoster/adapters/index"
-	"github.com/taskhoster/taskhoster/adapters/journal"
 	"github.com/taskhoster/taskhoster/domain"
 )
 
@@ -46,7 +45,7 @@ type files struct {
 	spareSeq atomic.Uint64
 	tempSeq  atomic.Uint64 // names temp files
 	// journal, if any, records every write once it is done (journal.go).
-	journal *journal.Journal
+	journal Journal
 }
 
 var _ index.Persister = (*files)(nil)
@@ -86,9 +85,9 @@ func (f *files) Put(old *domain.Task, t domain.Task, data []byte) error {
 		}
 	}
 	if f.journal != nil {
-		f.journal.Put(journal.Items, f.relPath(t), data)
+		f.journal.Put(f.relPath(t), data)
 		if moved {
-			f.journal.Remove(journal.Items, f.relPath(*old))
+			f.journal.Remove(f.relPath(*old))
 		}
 	}
 	return nil
@@ -103,7 +102,7 @@ func (f *files) Remove(t domain.Task) error {
 		return err
 	}
 	if f.journal != nil {
-		f.journal.Remove(journal.Items, f.relPath(t))
+		f.journal.Remove(f.relPath(t))
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package fsstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
@@ -12,8 +13,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/taskhoster/taskhoster/adapters/durable"
 	"github.com/taskhoster/taskhoster/adapters/fsstore"
-	"github.com/taskhoster/taskhoster/adapters/journal"
 	"github.com/taskhoster/taskhoster/domain"
 )
 
@@ -29,21 +30,21 @@ type powerLoss struct {
 
 // open opens the store with its journal, in a boot of its own: a start-up
 // after a power loss.
-func (p *powerLoss) open(limit int64) (*fsstore.Store, *journal.Journal) {
+func (p *powerLoss) open(limit int64) (*fsstore.Store, *durable.Syncer) {
 	p.t.Helper()
 	p.boots++
-	p.t.Setenv(journal.BootEnv, fmt.Sprintf("boot-%d", p.boots))
-	j, err := journal.Open(fsstore.JournalDir(p.dir), limit, func() error {
+	p.t.Setenv(durable.BootEnv, fmt.Sprintf("boot-%d", p.boots))
+	j, err := durable.Open(durable.Config{Items: p.dir, Logs: p.t.TempDir(), Record: true, Limit: limit, Checkpoint: func() error {
 		snap := snapshot(p.dir)
 		p.mu.Lock()
 		p.durable = snap
 		p.mu.Unlock()
 		return nil
-	}, p.dir, p.t.TempDir())
+	}})
 	if err != nil {
 		p.t.Fatal(err)
 	}
-	s, err := fsstore.Open(p.dir, fsstore.WithJournal(j))
+	s, err := fsstore.Open(p.dir, fsstore.WithJournal(j.Root(durable.Items)))
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestJournalRestoresEveryCommittedWriteAfterAPowerLoss(t *testing.T) {
 				case <-stop:
 					return
 				default:
-					if err := j.Commit(); err != nil {
+					if err := j.Sync(context.Background()); err != nil {
 						t.Error(err)
 						return
 					}
@@ -89,11 +90,12 @@ func TestJournalRestoresEveryCommittedWriteAfterAPowerLoss(t *testing.T) {
 			t.Fatal(err)
 		}
 		churn(s, seed+100, 1, 8, 30)
-		if err := j.Commit(); err != nil {
+		if err := j.Sync(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		final := filesUnder(t, p.dir)
 		fsstore.Crash(s)
+		_ = j.Close()
 
 		p.mu.Lock()
 		durable := p.durable
@@ -124,7 +126,7 @@ func TestJournalRestoresEveryCommittedWriteAfterAPowerLoss(t *testing.T) {
 		}
 		lostAll += lost
 
-		again, _ := p.open(16 << 10)
+		again, againJ := p.open(16 << 10)
 		if diff := cmp.Diff(final, filesUnder(t, p.dir)); diff != "" {
 			t.Errorf("seed %d: files after replay (-committed +got):\n%s", seed, diff)
 		}
@@ -141,7 +143,7 @@ func TestJournalRestoresEveryCommittedWriteAfterAPowerLoss(t *testing.T) {
 				t.Errorf("seed %d: task %s in the index after replay: %v %s", seed, task.ID, err, cmp.Diff(task, got))
 			}
 		}
-		if err := again.Close(); err != nil {
+		if err := errors.Join(again.Close(), againJ.Close()); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -20,7 +20,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/taskhoster/taskhoster/adapters/index"
-	"github.com/taskhoster/taskhoster/adapters/journal"
 	"github.com/taskhoster/taskhoster/ports"
 )
 
@@ -37,8 +36,7 @@ type Store struct {
 	log   *zap.Logger
 	lock  *os.File
 
-	recovered []Corrupt        // what the start-up scan quarantined; fixed after Open
-	leftover  *journal.Journal // WithLeftoverJournal's, until Open is done with it
+	recovered []Corrupt // what the start-up scan quarantined; fixed after Open
 }
 
 // Option configures Open.
@@ -97,11 +95,9 @@ func (s *Store) Close() error {
 	}
 	s.files.dropSpares()
 	var errs []error
-	if j := s.files.journal; j != nil {
-		// Every write is made durable now, so the next start has no
-		// journal to replay.
-		errs = append(errs, j.Settle(), j.Close())
-	}
+	// Every write is made durable now, so the next start has no journal
+	// to replay.
+	errs = append(errs, s.settleJournal())
 	// Closing the file drops the flock.
 	if err := s.lock.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("release items folder lock: %w", err))

@@ -28,7 +28,6 @@ import (
 	"github.com/taskhoster/taskhoster/adapters/folderconfig"
 	"github.com/taskhoster/taskhoster/adapters/fsstore"
 	"github.com/taskhoster/taskhoster/adapters/httpapi"
-	"github.com/taskhoster/taskhoster/adapters/journal"
 	"github.com/taskhoster/taskhoster/adapters/metrics"
 	"github.com/taskhoster/taskhoster/adapters/notify"
 	"github.com/taskhoster/taskhoster/adapters/schema"
@@ -124,7 +123,7 @@ func Options(cfg Config, logger *zap.Logger) fx.Option {
 		// New or Start, and the command prints its cause (Cause) once.
 		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
 		fx.StopTimeout(cfg.ShutdownGrace+20*time.Second),
-		ClockModule, StoreModule, SyncModule, EventLogModule, NotifyModule,
+		ClockModule, DurableModule, StoreModule, EventLogModule, NotifyModule,
 		ConfigModule, SchemaModule, MetricsModule, ServiceModule, SweepModule,
 		WSModule, HTTPModule, AdminModule,
 	)
@@ -135,93 +134,60 @@ var ClockModule = fx.Module("clock",
 	fx.Provide(fx.Annotate(func() clock.System { return clock.System{} }, fx.As(new(ports.Clock)))),
 )
 
-// StoreModule opens the items folder (taking its lock) and closes it last.
-// Under --sync always the store keeps a journal of its writes (see
-// SyncModule); Open replays it, which restores task files a power loss cut.
-var StoreModule = fx.Module("fsstore",
-	fx.Provide(func(lc fx.Lifecycle, cfg Config, logger *zap.Logger) (*fsstore.Store, ports.TaskRepository, *journal.Journal, error) {
-		if err := os.MkdirAll(cfg.Items, 0o755); err != nil {
-			return nil, nil, nil, fmt.Errorf("items folder: %w", err)
-		}
-		opts := []fsstore.Option{fsstore.WithLogger(logger.Named("fsstore"))}
-		var j *journal.Journal
-		closeJournal := func() error { return nil }
-		_, statErr := os.Stat(fsstore.JournalDir(cfg.Items))
-		switch {
-		case cfg.Sync == "always":
-			var err error
-			if j, closeJournal, err = openJournal(cfg); err != nil {
-				return nil, nil, nil, err
-			}
-			opts = append(opts, fsstore.WithJournal(j))
-		case statErr == nil:
-			// A journal left by a run under --sync always: replayed once,
-			// then removed (fsstore.WithLeftoverJournal).
-			left, closeLeft, err := openJournal(cfg)
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			defer closeLeft()
-			opts = append(opts, fsstore.WithLeftoverJournal(left))
-		}
-		s, err := fsstore.Open(cfg.Items, opts...)
+// DurableModule provides the durability adapter, ports.Syncer. Under
+// --sync always every write of the store and the event log is recorded in
+// the journal, and a Sync is a group commit of it: one fdatasync of a few
+// sequential blocks, where a syncfs would write back every task file,
+// directory and inode the batch touched (ARCHITECTURE.md). Under --sync
+// none Sync does nothing, and a journal a crashed run under --sync always
+// left is replayed and removed at the store's Open. It is closed after the
+// stores, which depend on it.
+var DurableModule = fx.Module("durable",
+	fx.Provide(func(lc fx.Lifecycle, cfg Config, logger *zap.Logger) (*durable.Syncer, ports.Syncer, error) {
+		s, err := durable.Open(durable.Config{
+			Items: cfg.Items, Logs: cfg.Logs, Record: cfg.Sync == "always", Logger: logger.Named("durable"),
+		})
 		if err != nil {
-			_ = closeJournal()
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
-		lc.Append(fx.StopHook(func() error { return errors.Join(s.Close(), closeJournal()) }))
-		return s, s, j, nil
+		if cfg.Sync == "always" {
+			logger.Info("group commit through the journal")
+		}
+		lc.Append(fx.StopHook(s.Close))
+		return s, s, nil
 	}),
+	// Every flush is reported to /metrics. Metrics count the store's
+	// tasks, and the store needs the journal: so the observer joins here,
+	// before anything is served, rather than as an argument of Open.
+	fx.Invoke(func(s *durable.Syncer, m *metrics.Metrics) { s.Observe(m) }),
 )
 
-// openJournal opens the items folder's journal, for writes in the items and
-// logs folders, with checkpoints that flush both folders' filesystems (the
-// task files, and the logs' archived payloads). closeAll releases both.
-func openJournal(cfg Config) (j *journal.Journal, closeAll func() error, err error) {
-	if err := os.MkdirAll(cfg.Logs, 0o755); err != nil {
-		return nil, nil, fmt.Errorf("logs folder: %w", err)
-	}
-	fsys, err := durable.OpenFS(cfg.Items, cfg.Logs)
-	if err != nil {
-		return nil, nil, err
-	}
-	j, err = journal.Open(fsstore.JournalDir(cfg.Items), journal.DefaultLimit, fsys.FlushAll, cfg.Items, cfg.Logs)
-	if err != nil {
-		_ = fsys.Close()
-		return nil, nil, err
-	}
-	return j, func() error { return errors.Join(j.Close(), fsys.Close()) }, nil
-}
-
-// SyncModule provides group commit, or nothing at all under --sync none.
-// A flush writes the journal's new records (task files and event lines)
-// with one fdatasync: a few sequential blocks, where a syncfs would write
-// back every task file, directory and inode the batch touched
-// (ARCHITECTURE.md).
-var SyncModule = fx.Module("durable",
-	fx.Provide(func(lc fx.Lifecycle, cfg Config, j *journal.Journal, log *eventlog.Log, m *metrics.Metrics, logger *zap.Logger) (ports.Syncer, error) {
-		if cfg.Sync == "none" {
-			return durable.None{}, nil
+// StoreModule opens the items folder (taking its lock) and closes it last
+// but the journal. Open replays the journal, which restores task files a
+// power loss cut.
+var StoreModule = fx.Module("fsstore",
+	fx.Provide(func(lc fx.Lifecycle, cfg Config, d *durable.Syncer, logger *zap.Logger) (*fsstore.Store, ports.TaskRepository, error) {
+		if err := os.MkdirAll(cfg.Items, 0o755); err != nil {
+			return nil, nil, fmt.Errorf("items folder: %w", err)
 		}
-		s := durable.NewFunc(func() error { return errors.Join(j.Commit(), log.Flush()) }, 0)
-		s.Observe(func(f durable.Flush) { m.Flushed(f.Duration, f.Callers, f.Err) })
-		logger.Info("group commit through the journal")
+		s, err := fsstore.Open(cfg.Items, fsstore.WithLogger(logger.Named("fsstore")), fsstore.WithJournal(d.Root(durable.Items)))
+		if err != nil {
+			return nil, nil, err
+		}
 		lc.Append(fx.StopHook(s.Close))
-		return s, nil
+		return s, s, nil
 	}),
 )
 
 // EventLogModule opens the event log; on stop it flushes and closes it.
-// Under --sync always its lines go to the store's journal too.
+// Its lines go to the journal too (nowhere under --sync none).
 var EventLogModule = fx.Module("eventlog",
-	fx.Provide(func(lc fx.Lifecycle, cfg Config, j *journal.Journal) (*eventlog.Log, ports.EventLog, error) {
+	fx.Provide(func(lc fx.Lifecycle, cfg Config, d *durable.Syncer) (*eventlog.Log, ports.EventLog, error) {
 		l, err := eventlog.Open(cfg.Logs)
 		if err != nil {
 			return nil, nil, err
 		}
-		if j != nil {
-			l.UseJournal(j)
-		}
+		l.UseJournal(d.Root(durable.Logs))
 		lc.Append(fx.StopHook(func() error {
 			return errors.Join(l.Sync(), l.Close())
 		}))

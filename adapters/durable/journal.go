@@ -1,25 +1,8 @@
-// Package journal is the write-ahead journal of the task files and the
-// event log: under --sync always, every task-file write and every event
-// line is also recorded here, and a write is durable once its record is, so
-// that a group commit costs one fdatasync of a few sequential kilobytes
-// instead of a flush of every task file, directory and inode the batch
-// touched (ARCHITECTURE.md, "Group commit through a journal").
-//
-// The files are still written first and in full: they are what a reader
-// and a restart see. The journal only matters after a power loss (or a
-// kernel crash): at the first start-up after the reboot, Replay rewrites
-// each file whose data never reached the disc from its record. A
-// checkpoint (a syncfs of the filesystems, run in the background) makes
-// every file written so far durable, after which the records before it are
-// no longer needed.
-//
-// The journal is two files used in turn. Each begins with a lap record
-// naming its lap number, the boot and the folders; when the one being
-// written reaches its size limit the other is started with the next lap,
-// and a checkpoint begins. The other file is only overwritten once that
-// checkpoint is done, so the two files together always hold every write
-// since the older lap began: Replay applies both laps, older first.
-package journal
+package durable
+
+// This file is the journal's format and its laps: records written at the
+// end of the current file and fdatasynced (commit), laps handed over behind
+// checkpoints, and the reset that forgets them. replay.go reads them back.
 
 import (
 	"encoding/binary"
@@ -34,27 +17,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Op is what a record does to its path.
-type Op byte
+// op is what a record does to its path. The values are on disc.
+type op byte
 
 const (
-	opLap    Op = 0 // the first record of a lap; its data names the boot and the roots
-	OpPut    Op = 1 // the file at Path holds Data
-	OpRemove Op = 2 // there is no file at Path
-	OpAppend Op = 3 // the file at Path holds Data from byte Off
+	opLap    op = 0 // the first record of a lap; its data names the boot and the roots
+	opPut    op = 1 // the file at Path holds Data
+	opRemove op = 2 // there is no file at Path
+	opAppend op = 3 // the file at Path holds Data from byte Off
 )
 
-// The roots of a server's journal, in the order Open is given them: the
-// items folder (task files) and the logs folder (event log lines).
-const (
-	Items = 0
-	Logs  = 1
-)
-
-// Record is one write. Path is relative to the folder Root indexes in the
-// roots the journal was opened with.
-type Record struct {
-	Op   Op
+// record is one write. Path is relative to the root whose place in
+// rootNames Root is (the root's byte on disc).
+type record struct {
+	Op   op
 	Root int
 	Path string
 	Off  int64
@@ -81,20 +57,15 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// DefaultLimit is the size at which a journal file is left for the other
-// and a checkpoint begins: large enough that checkpoints are a few seconds
-// apart at full speed, small enough that a replay after a power loss is
-// quick.
-const DefaultLimit = 32 << 20
-
 var fileNames = [2]string{"journal-a", "journal-b"}
 
 // zeros is what a journal file grows by, shared by every write.
 var zeros = make([]byte, maxGrow)
 
-// Journal records writes and makes them durable (Commit). Record may be
-// called from any goroutine; Commit, Reset and Close from one at a time.
-type Journal struct {
+// journal records writes and makes them durable (commit). add may be
+// called from any goroutine; commit, reset, settle and close from one at a
+// time (Syncer.commitMu).
+type journal struct {
 	dir     string
 	roots   []string
 	lapData []byte // what each lap record holds: the boot id, then the roots
@@ -106,7 +77,7 @@ type Journal struct {
 
 	mu      sync.Mutex
 	pending []byte // records not yet written
-	spare   []byte // the buffer the last Commit wrote, reused
+	spare   []byte // the buffer the last commit wrote, reused
 
 	files [2]*os.File
 	sizes [2]int64 // their sizes: zeros beyond what was written
@@ -119,32 +90,32 @@ type Journal struct {
 	// uncovered says the other file's lap has no successful checkpoint yet.
 	uncovered bool
 
-	// halfReset, when set (by tests), runs between Reset's two writes; an
-	// error stops Reset there, as a power loss would.
+	// halfReset, when set (by tests), runs between reset's two writes; an
+	// error stops reset there, as a power loss would.
 	halfReset func() error
 }
 
-// Open opens (creating if needed) the journal in dir, for writes in the
-// folders roots (a Record's Root indexes them). checkpoint must make every
-// file written before the call durable. It does not replay: call Replay,
-// then Reset, before the first record.
-func Open(dir string, limit int64, checkpoint func() error, roots ...string) (*Journal, error) {
+// openJournal opens (creating if needed) the journal in dir, for writes in
+// the folders roots (a record's Root indexes them, in rootNames' order).
+// checkpoint must make every file written before the call durable. It does
+// not replay: call replay, then reset, before the first record.
+func openJournal(dir string, limit int64, checkpoint func() error, roots []string) (*journal, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("open journal: %w", err)
 	}
-	j := &Journal{dir: dir, roots: roots, boot: bootID(), limit: limit, checkpoint: checkpoint}
+	j := &journal{dir: dir, roots: roots, boot: bootID(), limit: limit, checkpoint: checkpoint}
 	// NUL cannot be in a path.
 	j.lapData = []byte(strings.Join(append([]string{j.boot}, roots...), "\x00"))
 	for i, name := range fileNames {
 		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o600)
 		if err != nil {
-			_ = j.Close()
+			_ = j.close()
 			return nil, fmt.Errorf("open journal: %w", err)
 		}
 		j.files[i] = f
 		fi, err := f.Stat()
 		if err != nil {
-			_ = j.Close()
+			_ = j.close()
 			return nil, fmt.Errorf("open journal: %w", err)
 		}
 		j.sizes[i] = fi.Size()
@@ -152,29 +123,18 @@ func Open(dir string, limit int64, checkpoint func() error, roots ...string) (*J
 	return j, nil
 }
 
-// Put records that the file at path in roots[root] now holds data. Call it
-// after the write succeeded and before the Sync that acknowledges it.
-func (j *Journal) Put(root int, path string, data []byte) { j.add(OpPut, root, path, 0, data) }
-
-// Remove records that the file at path in roots[root] is gone.
-func (j *Journal) Remove(root int, path string) { j.add(OpRemove, root, path, 0, nil) }
-
-// Append records that the file at path in roots[root] holds data from byte
-// off (a line appended to a log).
-func (j *Journal) Append(root int, path string, off int64, data []byte) {
-	j.add(OpAppend, root, path, off, data)
-}
-
-func (j *Journal) add(op Op, root int, path string, off int64, data []byte) {
+// add records a write (Root's Put, Remove and Append), to be made durable
+// by the next commit.
+func (j *journal) add(o op, root int, path string, off int64, data []byte) {
 	j.mu.Lock()
-	j.pending = appendRecord(j.pending, Record{Op: op, Root: root, Path: path, Off: off, Data: data})
+	j.pending = appendRecord(j.pending, record{Op: o, Root: root, Path: path, Off: off, Data: data})
 	j.mu.Unlock()
 }
 
 // appendRecord encodes r onto b, with lap and checksum left for stamp.
-func appendRecord(b []byte, r Record) []byte {
+func appendRecord(b []byte, r record) []byte {
 	if len(r.Path) > maxPath || r.Root < 0 || r.Root > 255 {
-		panic("journal: bad record") // a caller bug: task paths are short
+		panic("durable: bad journal record") // a caller bug: task paths are short
 	}
 	size := fixedSize + len(r.Path) + len(r.Data)
 	b = append(b, magic...)
@@ -202,10 +162,10 @@ func checksum(lap, payload []byte) uint32 {
 	return crc32.Update(crc32.Checksum(lap, castagnoli), castagnoli, payload)
 }
 
-// Commit makes every record added before the call durable: it writes them
+// commit makes every record added before the call durable: it writes them
 // at the end of the current file and fdatasyncs it. When the file is full
 // it first moves to the other one and starts a checkpoint.
-func (j *Journal) Commit() error {
+func (j *journal) commit() error {
 	j.mu.Lock()
 	buf := j.pending
 	j.pending = j.spare[:0]
@@ -223,7 +183,7 @@ func (j *Journal) Commit() error {
 	stamp(buf, j.lap)
 	if err := j.write(j.cur, buf, j.off); err != nil {
 		// The records may be half written: they end the lap at replay,
-		// and the next Commit writes them again at the same place.
+		// and the next commit writes them again at the same place.
 		j.putBack(buf)
 		return err
 	}
@@ -233,7 +193,7 @@ func (j *Journal) Commit() error {
 }
 
 // putBack returns records whose write failed to the front of pending.
-func (j *Journal) putBack(buf []byte) {
+func (j *journal) putBack(buf []byte) {
 	j.mu.Lock()
 	j.pending = append(buf, j.pending...)
 	j.mu.Unlock()
@@ -244,7 +204,7 @@ func (j *Journal) putBack(buf []byte) {
 // the lap before the current one, which may be overwritten only once the
 // checkpoint begun when the current lap started has made its writes
 // durable; and a new checkpoint begins now for the current lap's writes.
-func (j *Journal) next() error {
+func (j *journal) next() error {
 	if j.ckpt != nil {
 		err := <-j.ckpt
 		j.ckpt = nil
@@ -270,12 +230,12 @@ func (j *Journal) next() error {
 }
 
 // lapSize is the size of a lap record.
-func (j *Journal) lapSize() int64 { return int64(headerSize + fixedSize + len(j.lapData)) }
+func (j *journal) lapSize() int64 { return int64(headerSize + fixedSize + len(j.lapData)) }
 
 // startLap writes the lap record at the start of file i and makes it
 // durable, so that a replay no longer reads what followed it before.
-func (j *Journal) startLap(i int, lap uint64) error {
-	rec := appendRecord(nil, Record{Op: opLap, Data: j.lapData})
+func (j *journal) startLap(i int, lap uint64) error {
+	rec := appendRecord(nil, record{Op: opLap, Data: j.lapData})
 	stamp(rec, lap)
 	return j.write(i, rec, 0)
 }
@@ -283,7 +243,7 @@ func (j *Journal) startLap(i int, lap uint64) error {
 // write puts b at off in file i and fdatasyncs it. Where b would reach past
 // the zeros written so far, the file first grows, with its own fdatasync:
 // so only one commit in many changes the file's size.
-func (j *Journal) write(i int, b []byte, off int64) error {
+func (j *journal) write(i int, b []byte, off int64) error {
 	f := j.files[i]
 	if end := off + int64(len(b)); end > j.sizes[i] {
 		size := max(end, j.sizes[i]+min(max(j.sizes[i], minGrow), maxGrow))
@@ -307,8 +267,8 @@ func (j *Journal) write(i int, b []byte, off int64) error {
 	return nil
 }
 
-// Reset forgets every record: call it once the writes they describe are
-// durable (after Replay and a checkpoint at start-up, or after a last
+// reset forgets every record: call it once the writes they describe are
+// durable (after replay and a checkpoint at start-up, or after a last
 // checkpoint at a clean stop). It clears the lap record of the file with
 // the older lap, then starts a new lap, numbered two after the newest, in
 // the file that held the newest; the files keep their size (and their
@@ -318,7 +278,7 @@ func (j *Journal) write(i int, b []byte, off int64) error {
 // replays to the last recorded state of every file it names, which is what
 // the disc durably holds by now; the older lap alone would take those files
 // back to older states.
-func (j *Journal) Reset() error {
+func (j *journal) reset() error {
 	if j.ckpt != nil {
 		<-j.ckpt
 		j.ckpt = nil
@@ -349,19 +309,19 @@ func (j *Journal) Reset() error {
 	return syncDir(j.dir)
 }
 
-// Settle makes every write so far durable with a checkpoint, then forgets
-// the records (Reset): at start-up after Replay, and at a clean stop, so
+// settle makes every write so far durable with a checkpoint, then forgets
+// the records (reset): at start-up after replay, and at a clean stop, so
 // that the next start has nothing to replay.
-func (j *Journal) Settle() error {
+func (j *journal) settle() error {
 	if err := j.checkpoint(); err != nil {
 		return fmt.Errorf("journal checkpoint: %w", err)
 	}
-	return j.Reset()
+	return j.reset()
 }
 
-// Close closes the files; records not committed are lost (they were never
+// close closes the files; records not committed are lost (they were never
 // acknowledged).
-func (j *Journal) Close() error {
+func (j *journal) close() error {
 	if j.ckpt != nil {
 		<-j.ckpt
 		j.ckpt = nil
@@ -383,7 +343,7 @@ const BootEnv = "TASKHOSTER_TEST_BOOT_ID"
 // bootID names the kernel's current boot. A journal written in the same
 // boot as the start-up replaying it was left by a process that died with
 // the page cache intact: the files already hold every record, and newer
-// changes besides (Replay).
+// changes besides (replay).
 func bootID() string {
 	if id := os.Getenv(BootEnv); id != "" {
 		return id

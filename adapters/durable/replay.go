@@ -1,4 +1,4 @@
-package journal
+package durable
 
 import (
 	"bytes"
@@ -22,10 +22,10 @@ type lap struct {
 	lap     uint64
 	boot    string   // the boot it was written in
 	roots   []string // the folders its records' Root indexes
-	records []Record
+	records []record
 }
 
-// Replay makes the files agree with every record of the laps the journal
+// replay makes the files agree with every record of the laps the journal
 // holds, older lap first, each in the order written, and reports how many
 // records it applied and how many files it had to change. A lap ends at its
 // first record that is cut short, fails its checksum or belongs to another
@@ -38,7 +38,7 @@ type lap struct {
 // what every record says, and may hold newer changes that were never
 // committed (a claim, a re-queue): replaying older records over them would
 // undo those and disagree with the event log. Such a journal is left alone.
-func (j *Journal) Replay() (records, changed int, err error) {
+func (j *journal) replay() (records, changed int, err error) {
 	for _, l := range j.laps() {
 		if l.boot != "" && l.boot == j.boot {
 			continue
@@ -72,21 +72,21 @@ func (j *Journal) Replay() (records, changed int, err error) {
 	return records, changed, nil
 }
 
-// apply makes the disc agree with one record (whose root Replay checked),
+// apply makes the disc agree with one record (whose root replay checked),
 // reporting whether it had to change anything. A record whose path would
 // leave its root is refused.
-func (j *Journal) apply(r Record) (bool, error) {
+func (j *journal) apply(r record) (bool, error) {
 	if !filepath.IsLocal(r.Path) {
 		return false, fmt.Errorf("record for %q in root %d: not a path the journal covers", r.Path, r.Root)
 	}
 	path := filepath.Join(j.roots[r.Root], r.Path)
 	switch r.Op {
-	case OpPut:
+	case opPut:
 		if cur, err := os.ReadFile(path); err == nil && bytes.Equal(cur, r.Data) {
 			return false, nil
 		}
 		return true, replaceFile(path, r.Data)
-	case OpRemove:
+	case opRemove:
 		err := os.Remove(path)
 		if errors.Is(err, fs.ErrNotExist) {
 			return false, nil
@@ -95,7 +95,7 @@ func (j *Journal) apply(r Record) (bool, error) {
 			return false, fmt.Errorf("restore removal of %s: %w", path, err)
 		}
 		return true, nil
-	case OpAppend:
+	case opAppend:
 		return appendAt(path, r.Off, r.Data)
 	}
 	return false, fmt.Errorf("record %d for %s: unknown operation", r.Op, r.Path)
@@ -146,7 +146,7 @@ func appendAt(path string, off int64, data []byte) (bool, error) {
 // after it: see records). Only laps that together form the history since
 // the older began are returned, oldest first: the newest, and the one just
 // before it.
-func (j *Journal) laps() []lap {
+func (j *journal) laps() []lap {
 	var laps []lap
 	for i, f := range j.files {
 		if l, ok := head(f); ok {
@@ -180,7 +180,7 @@ func head(f *os.File) (lap, bool) {
 }
 
 // records reads the records of lap l from its file.
-func (j *Journal) records(l lap) ([]Record, error) {
+func (j *journal) records(l lap) ([]record, error) {
 	data, err := io.ReadAll(io.NewSectionReader(j.files[l.file], 0, 1<<62))
 	if err != nil {
 		return nil, fmt.Errorf("read journal: %w", err)
@@ -206,13 +206,13 @@ func parse(data []byte) (lap, bool) {
 		if !ok || r.lap != l.lap || r.Op == opLap {
 			return l, true
 		}
-		l.records = append(l.records, r.Record)
+		l.records = append(l.records, r.record)
 		data = rest
 	}
 }
 
 type stamped struct {
-	Record
+	record
 	lap uint64
 }
 
@@ -234,7 +234,7 @@ func next(data []byte) (stamped, []byte, bool) {
 		return stamped{}, nil, false
 	}
 	r := stamped{lap: binary.LittleEndian.Uint64(data[4:12])}
-	r.Op = Op(payload[0])
+	r.Op = op(payload[0])
 	r.Root = int(payload[1])
 	r.Off = int64(binary.LittleEndian.Uint64(payload[2:10]))
 	r.Path = string(payload[fixedSize : fixedSize+pathLen])

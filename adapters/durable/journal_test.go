@@ -1,4 +1,4 @@
-package journal
+package durable
 
 import (
 	"bytes"
@@ -49,16 +49,16 @@ func newRig(t *testing.T) *rig {
 
 // open opens the journal as a start-up does, and replays it (Reset is the
 // test's to call). Each open is in a boot of its own, as after a power loss.
-func (r *rig) open(limit int64) (*Journal, int, int) {
+func (r *rig) open(limit int64) (*Syncer, int, int) {
 	r.t.Helper()
 	r.boots++
 	r.t.Setenv(BootEnv, fmt.Sprintf("boot-%d", r.boots))
-	j, err := Open(filepath.Join(r.dir, "journal"), limit, func() error {
+	j, err := Open(Config{Items: r.roots[0], Logs: r.roots[1], Record: true, Limit: limit, Checkpoint: func() error {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.checkpoints++
 		return r.failCkpt
-	}, r.roots...)
+	}})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -71,18 +71,23 @@ func (r *rig) open(limit int64) (*Journal, int, int) {
 }
 
 // start opens a journal with nothing to replay and starts its first lap.
-func (r *rig) start(limit int64) *Journal {
+func (r *rig) start(limit int64) *Syncer {
 	r.t.Helper()
 	j, _, _ := r.open(limit)
-	if err := j.Reset(); err != nil {
+	if err := j.journal.reset(); err != nil {
 		r.t.Fatal(err)
 	}
 	return j
 }
 
-func (r *rig) path(root int, rel string) string { return filepath.Join(r.roots[root], rel) }
+func (r *rig) path(root RootName, rel string) string {
+	return filepath.Join(r.roots[r.index(root)], rel)
+}
 
-func (r *rig) write(root int, rel string, data []byte) {
+// index is root's place in r.roots, which are in rootNames' order.
+func (r *rig) index(root RootName) int { return rootIndex(root) }
+
+func (r *rig) write(root RootName, rel string, data []byte) {
 	r.t.Helper()
 	p := r.path(root, rel)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -94,13 +99,13 @@ func (r *rig) write(root int, rel string, data []byte) {
 }
 
 // put writes a file and records the write in j, as the stores do.
-func (r *rig) put(j *Journal, root int, rel string, data []byte) {
+func (r *rig) put(j *Syncer, root RootName, rel string, data []byte) {
 	r.t.Helper()
 	r.write(root, rel, data)
-	j.Put(root, rel, data)
+	j.Root(root).Put(rel, data)
 }
 
-func (r *rig) read(root int, rel string) (string, bool) {
+func (r *rig) read(root RootName, rel string) (string, bool) {
 	b, err := os.ReadFile(r.path(root, rel))
 	if errors.Is(err, os.ErrNotExist) {
 		return "", false
@@ -111,9 +116,9 @@ func (r *rig) read(root int, rel string) (string, bool) {
 	return string(b), true
 }
 
-func mustCommit(t *testing.T, j *Journal) {
+func mustCommit(t *testing.T, j *Syncer) {
 	t.Helper()
-	if err := j.Commit(); err != nil {
+	if err := j.commit(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -128,11 +133,11 @@ func TestReplayRestoresWhatAPowerLossTook(t *testing.T) {
 	r.put(j, Items, "h/q/pending/a.json", []byte(`{"a":1}`))
 	r.put(j, Items, "h/q/processing/a.json", []byte(`{"a":2}`))
 	_ = os.Remove(r.path(Items, "h/q/pending/a.json"))
-	j.Remove(Items, "h/q/pending/a.json")
+	j.Root(Items).Remove("h/q/pending/a.json")
 	r.put(j, Items, "h/q/done/b.json", []byte(`{"b":1}`))
 	r.write(Logs, "tasks/day.jsonl", []byte("line1\nline2\n"))
-	j.Append(Logs, "tasks/day.jsonl", 0, []byte("line1\n"))
-	j.Append(Logs, "tasks/day.jsonl", 6, []byte("line2\n"))
+	j.Root(Logs).Append("tasks/day.jsonl", 0, []byte("line1\n"))
+	j.Root(Logs).Append("tasks/day.jsonl", 6, []byte("line2\n"))
 	mustCommit(t, j)
 	_ = j.Close()
 
@@ -167,7 +172,7 @@ func TestReplayChangesNothingWhenTheFilesAgree(t *testing.T) {
 	r := newRig(t)
 	j := r.start(DefaultLimit)
 	r.put(j, Items, "h/q/pending/a.json", []byte(`{"a":1}`))
-	j.Remove(Items, "h/q/pending/gone.json")
+	j.Root(Items).Remove("h/q/pending/gone.json")
 	mustCommit(t, j)
 	_ = j.Close()
 	before, _ := os.Stat(r.path(Items, "h/q/pending/a.json"))
@@ -187,13 +192,13 @@ func TestReplayChangesNothingWhenTheFilesAgree(t *testing.T) {
 func TestAJournalOfThisBootIsNotReplayed(t *testing.T) {
 	r := newRig(t)
 	j := r.start(DefaultLimit)
-	j.Put(Items, "h/q/processing/a.json", []byte("claimed"))
+	j.Root(Items).Put("h/q/processing/a.json", []byte("claimed"))
 	mustCommit(t, j)
 	_ = j.Close()
 	// Since then, uncommitted: the claim was undone by a re-queue.
 	r.write(Items, "h/q/pending/a.json", []byte("requeued"))
 
-	again, err := Open(filepath.Join(r.dir, "journal"), DefaultLimit, func() error { return nil }, r.roots...)
+	again, err := Open(Config{Items: r.roots[0], Logs: r.roots[1], Record: true, Checkpoint: func() error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,19 +217,19 @@ func TestAJournalOfThisBootIsNotReplayed(t *testing.T) {
 func TestUncommittedAndTornRecordsAreNotReplayed(t *testing.T) {
 	r := newRig(t)
 	j := r.start(DefaultLimit)
-	j.Put(Items, "a.json", []byte("first"))
+	j.Root(Items).Put("a.json", []byte("first"))
 	mustCommit(t, j)
-	end := j.off
-	j.Put(Items, "b.json", []byte("second"))
+	end := j.journal.off
+	j.Root(Items).Put("b.json", []byte("second"))
 	mustCommit(t, j)
-	j.Put(Items, "c.json", []byte("never committed"))
+	j.Root(Items).Put("c.json", []byte("never committed"))
 	_ = j.Close()
 	// Tear the second record: its last byte never reached the disc.
-	f, err := os.OpenFile(filepath.Join(r.dir, "journal", fileNames[0]), os.O_RDWR, 0)
+	f, err := os.OpenFile(filepath.Join(r.roots[0], journalDir, fileNames[0]), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	second := appendRecord(nil, Record{Op: OpPut, Root: Items, Path: "b.json", Data: []byte("second")})
+	second := appendRecord(nil, record{Op: opPut, Root: r.index(Items), Path: "b.json", Data: []byte("second")})
 	if _, err := f.WriteAt([]byte{0}, end+int64(len(second))-1); err != nil {
 		t.Fatal(err)
 	}
@@ -252,20 +257,20 @@ func TestLapsTakeTurnsBehindCheckpoints(t *testing.T) {
 	r := newRig(t)
 	const limit = 4 << 10
 	j := r.start(limit)
-	startLap := j.lap
+	startLap := j.journal.lap
 	var last string
 	for i := range 40 {
 		last = fmt.Sprintf(`{"n":%d,"pad":"%0200d"}`, i, 0)
 		r.put(j, Items, "x.json", []byte(last))
-		j.Put(Items, fmt.Sprintf("n/%d.json", i), []byte(last))
+		j.Root(Items).Put(fmt.Sprintf("n/%d.json", i), []byte(last))
 		mustCommit(t, j)
 	}
-	if j.lap < startLap+2 {
-		t.Fatalf("lap went from %d to %d; want at least two hand-overs", startLap, j.lap)
+	if j.journal.lap < startLap+2 {
+		t.Fatalf("lap went from %d to %d; want at least two hand-overs", startLap, j.journal.lap)
 	}
 	_ = j.Close() // waits for the last checkpoint
 	if n := r.checkpointCount(); n < 2 {
-		t.Errorf("%d checkpoints for %d hand-overs", n, j.lap-startLap)
+		t.Errorf("%d checkpoints for %d hand-overs", n, j.journal.lap-startLap)
 	}
 	r.write(Items, "x.json", []byte("lost"))
 	_, records, _ := r.open(limit)
@@ -288,17 +293,17 @@ func TestFailedCheckpointHoldsTheOtherFile(t *testing.T) {
 	pad := bytes.Repeat([]byte("x"), 900)
 	var err error
 	for i := 0; i < 20 && err == nil; i++ {
-		j.Put(Items, fmt.Sprintf("%d.json", i), pad)
-		err = j.Commit()
+		j.Root(Items).Put(fmt.Sprintf("%d.json", i), pad)
+		err = j.commit()
 	}
 	if err == nil {
 		t.Fatal("commits went on with no checkpoint ever succeeding")
 	}
-	lap := j.lap
+	lap := j.journal.lap
 	r.failCheckpoints(nil)
 	mustCommit(t, j) // the record put back is written now
-	if j.lap != lap+1 {
-		t.Errorf("lap %d after the checkpoint came back, want %d", j.lap, lap+1)
+	if j.journal.lap != lap+1 {
+		t.Errorf("lap %d after the checkpoint came back, want %d", j.journal.lap, lap+1)
 	}
 }
 
@@ -308,7 +313,7 @@ func TestResetForgetsAndOldLapsStayOut(t *testing.T) {
 	r := newRig(t)
 	j := r.start(2 << 10)
 	for i := range 10 {
-		j.Put(Items, fmt.Sprintf("%d.json", i), bytes.Repeat([]byte("y"), 500))
+		j.Root(Items).Put(fmt.Sprintf("%d.json", i), bytes.Repeat([]byte("y"), 500))
 		mustCommit(t, j)
 	}
 	if err := j.Settle(); err != nil {
@@ -328,21 +333,21 @@ func TestResetClearsTheOlderLapFirst(t *testing.T) {
 	r := newRig(t)
 	const limit = 2 << 10
 	j := r.start(limit)
-	startLap := j.lap
+	startLap := j.journal.lap
 	pad := strings.Repeat("p", 600)
-	for i := 0; j.lap < startLap+1; i++ {
+	for i := 0; j.journal.lap < startLap+1; i++ {
 		content := fmt.Sprintf(`{"n":%d,"pad":%q}`, i, pad)
 		r.put(j, Items, "x.json", []byte(content))
 		mustCommit(t, j)
 	}
 	last, _ := r.read(Items, "x.json")
-	if laps := j.laps(); len(laps) != 2 {
+	if laps := j.journal.laps(); len(laps) != 2 {
 		t.Fatalf("%d laps; want two, so that there is an older one", len(laps))
 	}
 	// The power goes after Reset's first write.
 	cut := errors.New("power cut")
-	j.halfReset = func() error { return cut }
-	if err := j.Reset(); !errors.Is(err, cut) {
+	j.journal.halfReset = func() error { return cut }
+	if err := j.journal.reset(); !errors.Is(err, cut) {
 		t.Fatalf("reset: %v", err)
 	}
 	_ = j.Close()
@@ -362,11 +367,11 @@ func TestReplayRefusesPathsOutsideTheRoots(t *testing.T) {
 	for _, path := range []string{"../escape.json", "/etc/passwd", ""} {
 		r := newRig(t)
 		j := r.start(DefaultLimit)
-		j.Put(Items, path, []byte("x"))
+		j.Root(Items).Put(path, []byte("x"))
 		mustCommit(t, j)
 		_ = j.Close()
 		t.Setenv(BootEnv, "the next boot")
-		j2, err := Open(filepath.Join(r.dir, "journal"), DefaultLimit, func() error { return nil }, r.roots...)
+		j2, err := Open(Config{Items: r.roots[0], Logs: r.roots[1], Record: true, Checkpoint: func() error { return nil }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -386,12 +391,12 @@ func TestReplayRefusesPathsOutsideTheRoots(t *testing.T) {
 func TestReplayRefusesOtherFolders(t *testing.T) {
 	r := newRig(t)
 	j := r.start(DefaultLimit)
-	j.Append(Logs, "tasks/d.jsonl", 0, []byte("line\n"))
+	j.Root(Logs).Append("tasks/d.jsonl", 0, []byte("line\n"))
 	mustCommit(t, j)
 	_ = j.Close()
 	moved := t.TempDir()
 	t.Setenv(BootEnv, "the next boot")
-	j2, err := Open(filepath.Join(r.dir, "journal"), DefaultLimit, func() error { return nil }, r.roots[0], moved)
+	j2, err := Open(Config{Items: r.roots[0], Logs: moved, Record: true, Checkpoint: func() error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,9 +413,9 @@ func TestReplayRefusesOtherFolders(t *testing.T) {
 // FuzzParse: whatever a journal file holds, parsing it does not panic, and
 // what it returns re-encodes to the bytes it came from.
 func FuzzParse(f *testing.F) {
-	lapRec := appendRecord(nil, Record{Op: opLap})
+	lapRec := appendRecord(nil, record{Op: opLap})
 	stamp(lapRec, 7)
-	rec := appendRecord(nil, Record{Op: OpAppend, Root: Logs, Path: "tasks/d.jsonl", Off: 42, Data: []byte("line\n")})
+	rec := appendRecord(nil, record{Op: opAppend, Root: 1, Path: "tasks/d.jsonl", Off: 42, Data: []byte("line\n")})
 	stamp(rec, 7)
 	f.Add(lapRec)
 	f.Add(append(append([]byte{}, lapRec...), rec...))
@@ -421,7 +426,7 @@ func FuzzParse(f *testing.F) {
 		if !ok {
 			return
 		}
-		re := appendRecord(nil, Record{Op: opLap, Data: []byte(strings.Join(l.roots, "\x00"))})
+		re := appendRecord(nil, record{Op: opLap, Data: []byte(strings.Join(l.roots, "\x00"))})
 		for _, r := range l.records {
 			re = appendRecord(re, r)
 		}
@@ -430,4 +435,59 @@ func FuzzParse(f *testing.F) {
 			t.Errorf("parsed records do not re-encode to their bytes")
 		}
 	})
+}
+
+// TestAJournalOfTheFirstFormatStillReplays: testdata/journal-v1 was
+// written by adapters/journal before it moved into this package (roots
+// "items" and "logs", relative to the folder it was written in, in boot
+// "old-boot"; 30 puts of h/q/pending/a.json across several laps, then a
+// removal and two log lines). A server upgraded after a power loss must
+// still replay it: the format, the roots' order and the folder are on disc.
+func TestAJournalOfTheFirstFormatStillReplays(t *testing.T) {
+	var files [len(fileNames)][]byte
+	for i, name := range fileNames {
+		var err error
+		if files[i], err = os.ReadFile(filepath.Join("testdata", "journal-v1", name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Chdir(t.TempDir())
+	if err := os.MkdirAll(filepath.Join("items", journalDir), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range fileNames {
+		if err := os.WriteFile(filepath.Join("items", journalDir, name), files[i], 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := &rig{t: t, roots: []string{"items", "logs"}}
+	r.write(Items, "h/q/pending/gone.json", []byte("{}"))
+	t.Setenv(BootEnv, "new-boot")
+	s, err := Open(Config{Items: "items", Logs: "logs", Record: true, Checkpoint: func() error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	records, _, err := s.Replay()
+	if err != nil || records == 0 {
+		t.Fatalf("replay: %d records, %v", records, err)
+	}
+	if got, want := mustRead(t, r, Items, "h/q/pending/a.json"), fmt.Sprintf(`{"n":%d,"pad":"%0300d"}`, 29, 0); got != want {
+		t.Errorf("a.json = %.20q…, want the last put %.20q…", got, want)
+	}
+	if _, ok := r.read(Items, "h/q/pending/gone.json"); ok {
+		t.Error("gone.json is still there; its removal was committed")
+	}
+	if got := mustRead(t, r, Logs, "tasks/2026-01-01.jsonl"); got != "line1\nline2\n" {
+		t.Errorf("day file = %q", got)
+	}
+}
+
+func mustRead(t *testing.T, r *rig, root RootName, rel string) string {
+	t.Helper()
+	got, ok := r.read(root, rel)
+	if !ok {
+		t.Fatalf("%s/%s is missing", root, rel)
+	}
+	return got
 }
