@@ -1,0 +1,74 @@
+package e2e
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// An expected problem at start-up is one line on stderr that names it: no
+// stack trace, no account of the dependency-injection chain. serve exits
+// non-zero and leaves behind no folder it made.
+func TestStartUpProblemsAreOneLine(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	running := start(t, newDirs(t)) // holds its items folder's lock
+
+	cases := []struct {
+		name  string
+		dirs  func(d dirs) dirs
+		extra []string
+		cause string
+	}{
+		{"missing hosts folder", func(d dirs) dirs { d.hosts += "-missing"; return d }, nil, "hosts folder"},
+		{"taken port", func(d dirs) dirs { return d }, []string{"--addr", taken.Addr().String()}, "address already in use"},
+		{"locked items folder", func(d dirs) dirs { d.items = running.items; return d }, nil, "in use by another taskhoster process"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := c.dirs(newDirs(t))
+			args := append([]string{"serve", "--hosts", d.hosts, "--items", d.items, "--logs", d.logs,
+				"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}, c.extra...)
+			cmd := exec.Command(binary, args...)
+			out, err := cmd.CombinedOutput()
+			if _, ok := err.(*exec.ExitError); !ok {
+				t.Fatalf("serve = %v, want a non-zero exit; output:\n%s", err, out)
+			}
+			var plain []string // lines that are not the JSON log
+			for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				bads := []string{"goroutine ", "stacktrace", "errorVerbose", "could not build", "fx.", "dig."}
+				if !strings.HasPrefix(line, "{") {
+					plain = append(plain, line)
+					bads = append(bads, ".go:")
+				}
+				for _, bad := range bads {
+					if strings.Contains(line, bad) {
+						t.Errorf("output has %q:\n%s", bad, line)
+					}
+				}
+			}
+			if len(plain) != 1 || !strings.HasPrefix(plain[0], "taskhoster serve: ") || !strings.Contains(plain[0], c.cause) {
+				t.Errorf("want one line naming %q, got:\n%s", c.cause, strings.Join(plain, "\n"))
+			}
+			for _, dir := range []string{d.items, d.logs} {
+				if dir == running.items {
+					continue
+				}
+				if _, err := os.Stat(dir); err == nil {
+					entries, _ := os.ReadDir(dir)
+					t.Errorf("failed start left %s behind (%d entries)", filepath.Base(dir), len(entries))
+				}
+			}
+		})
+	}
+	// The running server was not disturbed.
+	if r := running.do("GET", "/_health", "", ""); r.Status != 200 {
+		t.Errorf("the server holding the lock answers %d", r.Status)
+	}
+}
