@@ -30,8 +30,10 @@ func isTempName(name string) bool {
 }
 
 // files keeps one file per task in step with the index: it is the index's
-// index.Persister. The index calls it under the queue's lock, so calls for
-// one queue never overlap, but calls for different queues do.
+// index.Persister. The index calls it outside the queue's lock, so calls
+// for different tasks, of one queue or of many, run side by side; calls
+// for one task never overlap, since the index marks a task busy while its
+// change is written and decides its next change only after that.
 type files struct {
 	items string // the items folder
 	// ready holds the queues (domain.QueueRef) whose three state directories
