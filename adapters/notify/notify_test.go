@@ -1,4 +1,4 @@
-package notify_test
+package notify
 
 import (
 	"context"
@@ -10,30 +10,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/taskhoster/taskhoster/adapters/notify"
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
 )
-
-var (
-	resize = domain.QueueRef{Host: "task.example.com", Queue: "resize"}
-	thumbs = domain.QueueRef{Host: "task.example.com", Queue: "thumbnail"}
-)
-
-// event is an event of task id in q; n goes into attempts so that tests can
-// tell events apart and check their order.
-func event(q domain.QueueRef, id string, kind domain.EventKind, n int) domain.Event {
-	return domain.Event{Kind: kind, Task: domain.Task{Host: q.Host, Queue: q.Queue, ID: id, Attempts: n}}
-}
-
-func closed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
 
 // A poster and claimers race, and each claimer takes only tasks of one
 // kind, so many wakes land on a claimer that cannot use them. The poster
@@ -43,7 +22,7 @@ func closed(ch <-chan struct{}) bool {
 func TestLineLosesNoTask(t *testing.T) {
 	const posts, perKind = 2000, 2
 	var available atomic.Int64 // the pending task's number + 1; 0 for none
-	h := notify.NewHub(notify.WithPending(func(domain.QueueRef) bool { return available.Load() > 0 }))
+	h := NewHub(WithPending(func(domain.QueueRef) bool { return available.Load() > 0 }))
 	took := make(chan struct{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -84,7 +63,7 @@ func TestLineLosesNoTask(t *testing.T) {
 
 // Await returns try's error, and ctx's once it ends, without a task.
 func TestAwaitEnds(t *testing.T) {
-	h := notify.NewHub()
+	h := NewHub()
 	boom := errors.New("boom")
 	if err := h.Await(context.Background(), resize, func() (bool, error) { return false, boom }); !errors.Is(err, boom) {
 		t.Errorf("Await = %v, want try's error", err)
@@ -108,7 +87,7 @@ func TestAwaitEnds(t *testing.T) {
 
 func TestEverySubscriberGetsEveryEventInOrder(t *testing.T) {
 	const subscribers, events = 16, 500
-	h := notify.NewHub()
+	h := NewHub()
 	k := domain.Key{Host: resize.Host, Queue: resize.Queue, ID: "9f2c1a0b7d4e6f83"}
 	subs := make([]ports.Subscription, subscribers)
 	for i := range subs {
@@ -167,7 +146,7 @@ func TestEverySubscriberGetsEveryEventInOrder(t *testing.T) {
 
 func TestSlowSubscriberIsCutOffWithoutBlocking(t *testing.T) {
 	const events = 10
-	h := notify.NewHub()
+	h := NewHub()
 	k := domain.Key{Host: resize.Host, Queue: resize.Queue, ID: "9f2c1a0b7d4e6f83"}
 	slow := h.Subscribe(k, 2) // never read while publishing
 	fast := h.Subscribe(k, events)
