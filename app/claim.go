@@ -72,9 +72,10 @@ func (s *Service) Claim(ctx context.Context, q *domain.Queue, worker string, que
 
 func (s *Service) claimNow(ctx context.Context, q *domain.Queue, worker string, m ports.Matcher) (domain.Task, error) {
 	var ev domain.Event
-	t, err := s.repo.ClaimNext(ctx, q.Ref(), m, func(t *domain.Task) error {
+	now := s.clock.Now()
+	t, err := s.repo.ClaimNext(ctx, q.Ref(), m, now, func(t *domain.Task) error {
 		var err error
-		*t, ev, err = t.Claim(worker, q.Settings.Lease(), s.clock.Now())
+		*t, ev, err = t.Claim(worker, q.Settings.Lease(), now)
 		return err
 	}, s.recorder(ctx, q, &ev))
 	if err != nil {

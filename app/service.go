@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -141,6 +142,12 @@ func (s *Service) record(ctx context.Context, q *domain.Queue, ev domain.Event) 
 	s.observer.Observe(ev)
 	s.notifier.Publish(ev)
 	return nil
+}
+
+// retry is how a task of q that comes back is treated: q's settings, and a
+// fresh draw for the backoff's jitter.
+func (s *Service) retry(q *domain.Queue) domain.Retry {
+	return domain.Retry{Settings: q.Settings, Jitter: mrand.Float64()}
 }
 
 // newID returns 16 lower-case hex characters from a cryptographic source.

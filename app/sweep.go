@@ -99,7 +99,7 @@ func (s *Service) apply(ctx context.Context, q *domain.Queue, id string, due dom
 		case due == domain.DueTimeout:
 			return t.Timeout(now)
 		}
-		return t.Requeue(domain.CauseLease, now)
+		return t.Requeue(domain.CauseLease, s.retry(q), now)
 	})
 	if errors.Is(err, errNotDue) || errors.Is(err, domain.ErrNotFound) || isStateConflict(err) {
 		return nil

@@ -142,7 +142,7 @@ func (s *Service) Requeue(ctx context.Context, q *domain.Queue, id string, attem
 		if t.Attempts != attempts {
 			return t, domain.Event{}, domain.ErrNotProcessing
 		}
-		return t.Requeue(cause, now)
+		return t.Requeue(cause, s.retry(q), now)
 	})
 	if isStateConflict(err) || errors.Is(err, domain.ErrNotFound) {
 		return false, nil

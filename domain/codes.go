@@ -42,6 +42,7 @@ const (
 	CodeNotProcessing       Code = "not_processing"
 	CodeNotLeaseHolder      Code = "not_lease_holder"
 	CodeTaskExists          Code = "task_exists"
+	CodeNotYet              Code = "not_yet"              // a claim of a pending task before its notBefore
 	CodeNotFailed           Code = "not_failed"           // SPEC §12: retry of a task that is not failed
 	CodeIdempotencyConflict Code = "idempotency_conflict" // SPEC §12: a key reused with another item
 )

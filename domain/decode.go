@@ -21,6 +21,7 @@ func DecodeTask(data []byte) (Task, error) {
 	t.Item = nonNull(t.Item)
 	t.Progress = nonNull(t.Progress)
 	t.Result = nonNull(t.Result)
+	t.Failure = nonNull(t.Failure)
 	if err := CheckRecord(t); err != nil {
 		return Task{}, err
 	}

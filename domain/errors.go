@@ -99,6 +99,9 @@ var (
 	ErrNotProcessing = &Error{Kind: KindConflict, Code: CodeNotProcessing, Message: "task is not processing"}
 	// ErrNotLeaseHolder: progress from a worker other than the one holding the lease.
 	ErrNotLeaseHolder = &Error{Kind: KindConflict, Code: CodeNotLeaseHolder, Message: "task is leased to another worker"}
+	// ErrNotYet: a pending task whose notBefore has not come cannot be
+	// claimed.
+	ErrNotYet = &Error{Kind: KindConflict, Code: CodeNotYet, Message: "task is not claimable yet"}
 	// ErrNotFound: no such task.
 	ErrNotFound = &Error{Kind: KindNotFound, Code: CodeNotFound, Message: "no such task"}
 	// ErrExists: a new task's id is already taken in its queue. Ids are drawn

@@ -54,7 +54,7 @@ func mustFinish(tb testing.TB, task Task, worker string, result string, now time
 
 func mustRequeue(tb testing.TB, task Task, now time.Time) Task {
 	tb.Helper()
-	got, _, err := task.Requeue(CauseLease, now)
+	got, _, err := task.Requeue(CauseLease, Retry{}, now)
 	if err != nil {
 		tb.Fatalf("Requeue at %v: %v", now, err)
 	}

@@ -13,11 +13,12 @@ const (
 	EventClaimed  EventKind = "claimed"
 	EventProgress EventKind = "progress"
 	EventResult   EventKind = "result"
-	EventFailed   EventKind = "failed" // a task file found corrupt
+	EventFailed   EventKind = "failed" // failed by its worker, out of attempts, or a corrupt file
 	EventTimeout  EventKind = "timeout"
 	EventRequeue  EventKind = "requeue"
 	EventFetched  EventKind = "fetched"
 	EventCleaned  EventKind = "cleaned"
+	EventReleased EventKind = "released" // given back by its worker
 )
 
 // Event is what one transition caused: its kind, the worker involved (if
@@ -38,8 +39,20 @@ const (
 	CauseSocket = "socket" // the worker's socket closed
 )
 
-// Post makes a new pending task.
-func Post(id, host, queue string, item json.RawMessage, postedBy string, now time.Time) (Task, Event) {
+// PostOptions are what a post may ask beyond its item (SPEC §11).
+type PostOptions struct {
+	NotBefore *int64 // not claimable before this (Unix ms); nil: at once
+	Priority  int    // claims take higher priorities first
+}
+
+// Limits of PostOptions (SPEC §11).
+const (
+	MaxPriority     = 1000
+	MaxDelaySeconds = 31536000
+)
+
+// Post makes a new pending task. At most one PostOptions applies.
+func Post(id, host, queue string, item json.RawMessage, postedBy string, now time.Time, opts ...PostOptions) (Task, Event) {
 	ms := Millis(now)
 	t := Task{
 		ID: id, Host: host, Queue: queue, Status: Pending, Item: item,
@@ -48,13 +61,23 @@ func Post(id, host, queue string, item json.RawMessage, postedBy string, now tim
 	if postedBy != "" {
 		t.PostedBy = ptr(postedBy)
 	}
+	for _, o := range opts[:min(len(opts), 1)] {
+		if o.NotBefore != nil && *o.NotBefore > ms {
+			t.NotBefore = ptr(*o.NotBefore)
+		}
+		t.Priority = o.Priority
+	}
 	return t, Event{Kind: EventPosted, At: now, Task: t}
 }
 
 // Claim leases a pending task to worker for lease, counting one more attempt.
+// A task whose notBefore has not come yet cannot be claimed.
 func (t Task) Claim(worker string, lease time.Duration, now time.Time) (Task, Event, error) {
-	if t.Status != Pending {
+	switch {
+	case t.Status != Pending:
 		return t, Event{}, ErrNotPending
+	case !t.Claimable(now):
+		return t, Event{}, ErrNotYet
 	}
 	t.Status = Processing
 	t.Attempts++
@@ -85,35 +108,122 @@ func (t Task) Finish(worker string, result json.RawMessage, now time.Time) (Task
 	if t.Status.Terminal() {
 		return t, Event{}, ErrTerminal
 	}
-	t.Status = Finished
+	t = t.end(Finished, now)
 	t.Result = result
-	t.Lease = nil
-	t.UpdatedAt = Millis(now)
-	t.FinishedAt = ptr(Millis(now))
 	return t, Event{Kind: EventResult, At: now, Worker: worker, Task: t}, nil
+}
+
+// Retry is what decides the fate of a task that comes back from a worker:
+// the queue's settings (maxAttempts, the backoff) and a random draw in
+// [0, 1] for the backoff's jitter, which the caller makes (the domain
+// draws nothing, so its rules repeat exactly in tests).
+type Retry struct {
+	Settings Settings
+	Jitter   float64
 }
 
 // Requeue puts a processing task back to pending: its lease lapsed or its
 // worker's socket closed (cause). The event names the worker that lost it.
-func (t Task) Requeue(cause string, now time.Time) (Task, Event, error) {
+// On a queue with a backoff the task is pending at once but claimable only
+// after it; a task that came back after its last allowed attempt fails
+// instead, with error "attempts" (a dead letter).
+func (t Task) Requeue(cause string, r Retry, now time.Time) (Task, Event, error) {
 	if t.Status != Processing {
 		return t, Event{}, ErrNotProcessing
 	}
+	t, ev := t.comeBack(EventRequeue, cause, 0, nil, r, now)
+	return t, ev, nil
+}
+
+// Release gives a processing task back at its worker's request (beanstalkd's
+// release, Faktory's FAIL): as a re-queue, but it may also wait delay before
+// it is claimable (the longer of delay and the backoff) and say why
+// (reason, kept in failure).
+func (t Task) Release(worker string, delay time.Duration, reason json.RawMessage, r Retry, now time.Time) (Task, Event, error) {
+	switch {
+	case t.Status != Processing:
+		return t, Event{}, ErrNotProcessing
+	case t.Lease == nil || t.Lease.Worker != worker:
+		return t, Event{}, ErrNotLeaseHolder
+	}
+	t, ev := t.comeBack(EventReleased, "", delay, reason, r, now)
+	return t, ev, nil
+}
+
+// comeBack is the end of a claim that did not finish the task: pending
+// again (after the backoff or delay), or failed for good once its attempts
+// are spent. reason, when given, replaces the task's failure.
+func (t Task) comeBack(kind EventKind, cause string, delay time.Duration, reason json.RawMessage, r Retry, now time.Time) (Task, Event) {
 	worker := ""
 	if t.Lease != nil {
 		worker = t.Lease.Worker
 	}
-	t.Status = Pending
+	if !IsNull(reason) {
+		t.Failure = reason
+	}
 	t.Lease = nil
 	t.UpdatedAt = Millis(now)
-	return t, Event{Kind: EventRequeue, At: now, Worker: worker, Task: t, Cause: cause}, nil
+	if r.Settings.Exhausted(t.Attempts) {
+		t.Status = Failed
+		t.Error = ptr(AttemptsError)
+		t.FinishedAt = ptr(Millis(now))
+		return t, Event{Kind: EventFailed, At: now, Worker: worker, Task: t, Cause: cause}
+	}
+	t.Status = Pending
+	if wait := max(delay, r.Settings.Backoff(t.Attempts, r.Jitter)); wait > 0 {
+		t.NotBefore = ptr(Millis(now.Add(wait)))
+	}
+	return t, Event{Kind: kind, At: now, Worker: worker, Task: t, Cause: cause}
 }
 
-// TimeoutError is the error a queue timeout leaves on a task.
-const TimeoutError = "timeout"
+// Heartbeat extends the lease of the worker holding a processing task, as a
+// progress report does but without a record: the task's visible state does
+// not change, so there is no event.
+func (t Task) Heartbeat(worker string, lease time.Duration, now time.Time) (Task, error) {
+	switch {
+	case t.Status != Processing:
+		return t, ErrNotProcessing
+	case t.Lease == nil || t.Lease.Worker != worker:
+		return t, ErrNotLeaseHolder
+	}
+	t.Lease = &Lease{Worker: worker, Until: Millis(now.Add(lease))}
+	return t, nil
+}
 
-// CorruptError is the error logged for a task file that cannot be read.
-const CorruptError = "corrupt"
+// Fail ends a task for good at a worker's word, with error "failed" and the
+// worker's reason in failure. Like a result, it is accepted whenever the
+// task is not terminal, whoever holds the lease, and the first of a result
+// or a failure wins.
+func (t Task) Fail(worker string, reason json.RawMessage, now time.Time) (Task, Event, error) {
+	if t.Status.Terminal() {
+		return t, Event{}, ErrTerminal
+	}
+	t = t.end(Failed, now)
+	t.Error = ptr(FailedError)
+	if !IsNull(reason) {
+		t.Failure = reason
+	}
+	return t, Event{Kind: EventFailed, At: now, Worker: worker, Task: t}, nil
+}
+
+// end makes t terminal in status st at now.
+func (t Task) end(st Status, now time.Time) Task {
+	t.Status = st
+	t.Lease = nil
+	t.UpdatedAt = Millis(now)
+	t.FinishedAt = ptr(Millis(now))
+	return t
+}
+
+// The errors a task can end with (its error field, a short code; SPEC §11).
+// Application errors travel in the result instead.
+const (
+	TimeoutError   = "timeout"   // older than queueSeconds (the sweep)
+	AttemptsError  = "attempts"  // came back after its maxAttempts-th claim: a dead letter
+	FailedError    = "failed"    // its worker failed it (Fail); the reason is in failure
+	CancelledError = "cancelled" // cancelled by a user (SPEC §12)
+	CorruptError   = "corrupt"   // its file could not be read; logged, never stored
+)
 
 // Timeout fails a task that outlived its queue: the one failure the server
 // itself declares. It is final; a later result is refused.
@@ -125,11 +235,8 @@ func (t Task) Timeout(now time.Time) (Task, Event, error) {
 	if t.Lease != nil {
 		worker = t.Lease.Worker
 	}
-	t.Status = Failed
+	t = t.end(Failed, now)
 	t.Error = ptr(TimeoutError)
-	t.Lease = nil
-	t.UpdatedAt = Millis(now)
-	t.FinishedAt = ptr(Millis(now))
 	return t, Event{Kind: EventTimeout, At: now, Worker: worker, Task: t}, nil
 }
 
@@ -161,11 +268,14 @@ const (
 
 // DueAt tells what the sweep must do to t at now under s. The queue timeout
 // is tested before the lease, so a task that outlived the whole queue fails
-// rather than being pointlessly re-queued.
+// rather than being pointlessly re-queued. It counts from the task's
+// EligibleAt: a task delayed two days does not time out on the way (and a
+// backoff, which moves notBefore too, starts it again: maxAttempts is what
+// bounds a task that keeps failing on a queue with a backoff).
 func DueAt(t Task, s Settings, now time.Time) Due {
 	ms := Millis(now)
 	switch {
-	case !t.Status.Terminal() && ms-t.PostedAt > s.QueueSeconds*1000:
+	case !t.Status.Terminal() && ms-t.EligibleAt() > s.QueueSeconds*1000:
 		return DueTimeout
 	case t.Status == Processing && (t.Lease == nil || ms > t.Lease.Until):
 		return DueRequeue

@@ -257,7 +257,7 @@ func TestRequeue(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			before := tc.task(t)
-			got, ev, err := before.Requeue(tc.cause, now)
+			got, ev, err := before.Requeue(tc.cause, Retry{}, now)
 			checkErr(t, err, tc.wantErr)
 			if tc.wantErr != nil {
 				if d := cmp.Diff(before, got); d != "" {
@@ -511,7 +511,7 @@ func sweep(tb testing.TB, task Task, s Settings, now time.Time) (Task, *Event, b
 	case DueTimeout:
 		task, ev, err = task.Timeout(now)
 	case DueRequeue:
-		task, ev, err = task.Requeue(CauseLease, now)
+		task, ev, err = task.Requeue(CauseLease, Retry{}, now)
 	case DueClean:
 		ev = task.Clean(now)
 		return Task{}, &ev, false
@@ -671,7 +671,7 @@ func TestNeverFinishedTwice(t *testing.T) {
 			return t, err
 		}},
 		{"requeue", func(t Task, now time.Time) (Task, error) {
-			t, _, err := t.Requeue(CauseSocket, now)
+			t, _, err := t.Requeue(CauseSocket, Retry{}, now)
 			return t, err
 		}},
 		{"timeout", func(t Task, now time.Time) (Task, error) {

@@ -21,6 +21,50 @@ type Settings struct {
 	RetainFrom      RetainFrom `json:"retainFrom"`
 	ArchivePayloads bool       `json:"taskhoster-archivePayloads"`
 	MaxItemBytes    int64      `json:"maxItemBytes"`
+
+	// Retries (SPEC §11), each absent unless the queue file sets it.
+
+	// MaxAttempts bounds the claims of a task: one that comes back after
+	// its MaxAttempts-th fails with error "attempts". 0: unlimited.
+	MaxAttempts int64 `json:"maxAttempts,omitempty"`
+	// RetryBaseSeconds and RetryMaxSeconds shape the backoff of a task
+	// that comes back (see Backoff). 0 base: no backoff; 0 max: 3600.
+	RetryBaseSeconds int64 `json:"retryBaseSeconds,omitempty"`
+	RetryMaxSeconds  int64 `json:"retryMaxSeconds,omitempty"`
+}
+
+// DefaultRetryMaxSeconds is RetryMaxSeconds when the queue file gives none.
+const DefaultRetryMaxSeconds = 3600
+
+// maxBackoffSeconds keeps a backoff a time.Duration can hold (the queue
+// file's limit on the retry settings is far below it).
+const maxBackoffSeconds = 1 << 33
+
+// Backoff is how long a task that comes back after its n-th claim waits
+// before it may be claimed again: d in [b/2, b] for b = min(retryMax,
+// retryBase × 2^(n-1)), jitter (in [0, 1], drawn by the caller) choosing
+// where. Zero without a retryBaseSeconds.
+func (s Settings) Backoff(n int, jitter float64) time.Duration {
+	if s.RetryBaseSeconds <= 0 || n < 1 {
+		return 0
+	}
+	maxSec := s.RetryMaxSeconds
+	if maxSec <= 0 {
+		maxSec = DefaultRetryMaxSeconds
+	}
+	sec := maxSec
+	if k := n - 1; k < 62 && s.RetryBaseSeconds <= maxSec>>k { // no overflow: base × 2^k ≤ max
+		sec = s.RetryBaseSeconds << k
+	}
+	b := time.Duration(min(sec, maxBackoffSeconds)) * time.Second
+	jitter = min(max(jitter, 0), 1)
+	return b/2 + time.Duration(float64(b/2)*jitter)
+}
+
+// Exhausted reports whether a task claimed attempts times may not be
+// claimed again.
+func (s Settings) Exhausted(attempts int) bool {
+	return s.MaxAttempts > 0 && int64(attempts) >= s.MaxAttempts
 }
 
 // DefaultSettings are what a queue file's missing settings become.

@@ -90,6 +90,17 @@ type Task struct {
 	Error      *string         `json:"error"`
 	FinishedAt *int64          `json:"finishedAt"`
 	FetchedAt  *int64          `json:"fetchedAt"`
+
+	// The fields of SPEC §11, on disc only when used, so that a task that
+	// uses none of them is exactly the seed's record.
+
+	// NotBefore is when the task may first be claimed (Unix ms): a delayed
+	// post's time, or a retry's after a backoff or a give-back.
+	NotBefore *int64 `json:"notBefore,omitempty"`
+	// Priority orders claims: higher first. 0 unless posted with one.
+	Priority int `json:"priority,omitempty"`
+	// Failure is the reason of the last give-back or failure.
+	Failure json.RawMessage `json:"failure,omitempty"`
 }
 
 // View is what a producer reads: the record without host, item, postedBy,
@@ -105,6 +116,10 @@ type View struct {
 	PostedAt   int64           `json:"postedAt"`
 	UpdatedAt  int64           `json:"updatedAt"`
 	FinishedAt *int64          `json:"finishedAt"`
+	// Shown only when set (SPEC §11).
+	NotBefore *int64          `json:"notBefore,omitempty"`
+	Priority  int             `json:"priority,omitempty"`
+	Failure   json.RawMessage `json:"failure,omitempty"`
 }
 
 // View returns the producer's view of t.
@@ -113,7 +128,25 @@ func (t Task) View() View {
 		ID: t.ID, Queue: t.Queue, Status: t.Status, Attempts: t.Attempts,
 		Progress: nullIfEmpty(t.Progress), Result: nullIfEmpty(t.Result), Error: t.Error,
 		PostedAt: t.PostedAt, UpdatedAt: t.UpdatedAt, FinishedAt: t.FinishedAt,
+		NotBefore: t.NotBefore, Priority: t.Priority, Failure: t.Failure,
 	}
+}
+
+// EligibleAt is when t became, or becomes, claimable (Unix ms): its
+// notBefore when it has one, else its post. Claims take tasks of one
+// priority in this order, and the queue timeout counts from it.
+func (t Task) EligibleAt() int64 {
+	if t.NotBefore != nil {
+		return *t.NotBefore
+	}
+	return t.PostedAt
+}
+
+// Claimable reports whether a claim at now may take t: it is pending and
+// its notBefore, if any, has come. (A task without one is claimable even
+// at a now before its post, so a clock that steps back holds nothing up.)
+func (t Task) Claimable(now time.Time) bool {
+	return t.Status == Pending && (t.NotBefore == nil || *t.NotBefore <= Millis(now))
 }
 
 // Clone returns a copy of t that shares no pointers with it, so that a
@@ -140,7 +173,11 @@ func (t Task) Clone() Task {
 		v := *t.FetchedAt
 		c.FetchedAt = &v
 	}
-	// Item, Progress and Result are never mutated in place, only replaced,
+	if t.NotBefore != nil {
+		v := *t.NotBefore
+		c.NotBefore = &v
+	}
+	// Item, Progress, Result and Failure are never mutated in place, only replaced,
 	// so sharing their backing arrays is safe.
 	return c
 }

@@ -12,16 +12,18 @@ import (
 // it on what an update left before anything is stored. The moves are
 //
 //   - claim, pending → processing: a lease, and attempts up by exactly one;
-//   - progress, processing → processing: a new progress record and lease,
-//     held by the same worker, in the same attempt;
-//   - requeue, processing → pending: the lease dropped;
+//   - progress or heartbeat, processing → processing: a new progress record
+//     or lease, held by the same worker, in the same attempt;
+//   - requeue or give-back, processing → pending: the lease dropped, maybe a
+//     notBefore (backoff, delay) and a failure (the give-back's reason);
 //   - result, pending or processing → finished: a result and finishedAt, no lease;
-//   - timeout, pending or processing → failed: an error and finishedAt, no lease;
+//   - failure, pending or processing → failed: an error and finishedAt, no
+//     lease, maybe a failure (timeout, dead letter, failed by its worker);
 //   - fetch, finished → finished or failed → failed: fetchedAt, set once;
 //   - and no change at all, in any state.
 //
 // No move changes a task's identity (id, host, queue, item, postedBy,
-// postedAt), and only a claim changes attempts. Removal (retention) is not a
+// postedAt, priority), and only a claim changes attempts. Removal (retention) is not a
 // change of the record and does not come here; nor does loading records from
 // disc, which is not a move. An illegal move is a bug of the caller's, not a
 // state a client raced into (those the transitions refuse first, with
@@ -82,11 +84,11 @@ var (
 			}
 			return ""
 		}}
-	requeue = move{name: "requeue", may: fStatus | fLease | fUpdatedAt,
+	requeue = move{name: "requeue", may: fStatus | fLease | fUpdatedAt | fNotBefore | fFailure,
 		check: func(_, next Task) string { return noLease(next) }}
 	result = move{name: "result", may: fStatus | fResult | fLease | fUpdatedAt | fFinishedAt,
 		check: func(_, next Task) string { return ended(next) }}
-	timeout = move{name: "timeout", may: fStatus | fError | fLease | fUpdatedAt | fFinishedAt,
+	failure = move{name: "failure", may: fStatus | fError | fLease | fUpdatedAt | fFinishedAt | fFailure,
 		check: func(_, next Task) string {
 			if next.Error == nil {
 				return "leaves no error"
@@ -113,7 +115,7 @@ func moveBetween(from, to Status) (move, bool) {
 	case to == Finished:
 		return result, true
 	case to == Failed:
-		return timeout, true
+		return failure, true
 	case from == Pending && to == Processing:
 		return claim, true
 	case from == Processing && to == Processing:
@@ -140,7 +142,7 @@ func ended(next Task) string {
 }
 
 // fields is a set of Task's fields, for what a move changed and may change.
-type fields uint16
+type fields uint32
 
 const (
 	fID fields = 1 << iota
@@ -158,14 +160,18 @@ const (
 	fError
 	fFinishedAt
 	fFetchedAt
+	fNotBefore
+	fPriority
+	fFailure
 )
 
 // identity is what no move changes.
-const identity = fID | fHost | fQueue | fItem | fPostedBy | fPostedAt
+const identity = fID | fHost | fQueue | fItem | fPostedBy | fPostedAt | fPriority
 
 // fieldNames are the record's names of the fields, in the order of the bits.
 var fieldNames = [...]string{"id", "host", "queue", "status", "item", "postedBy", "postedAt",
-	"updatedAt", "attempts", "lease", "progress", "result", "error", "finishedAt", "fetchedAt"}
+	"updatedAt", "attempts", "lease", "progress", "result", "error", "finishedAt", "fetchedAt",
+	"notBefore", "priority", "failure"}
 
 func (f fields) String() string {
 	var names []string
@@ -201,6 +207,9 @@ func changes(a, b Task) fields {
 	set(!samePtr(a.Error, b.Error), fError)
 	set(!samePtr(a.FinishedAt, b.FinishedAt), fFinishedAt)
 	set(!samePtr(a.FetchedAt, b.FetchedAt), fFetchedAt)
+	set(!samePtr(a.NotBefore, b.NotBefore), fNotBefore)
+	set(a.Priority != b.Priority, fPriority)
+	set(!bytes.Equal(a.Failure, b.Failure), fFailure)
 	return f
 }
 

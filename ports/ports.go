@@ -15,6 +15,9 @@ type Counts struct {
 	Pending    int
 	Processing int
 	Done       int
+	// Delayed is how many of the pending tasks were not claimable yet when
+	// the store last looked (their notBefore had not come).
+	Delayed int
 }
 
 // Matcher decides whether a worker's claim query accepts an item.
@@ -70,16 +73,26 @@ type TaskRepository interface {
 	// the unchanged current record together with fn's error (callers read
 	// the status from it to explain a refusal).
 	Update(ctx context.Context, k domain.Key, fn func(*domain.Task) error, then Then) (domain.Task, error)
-	// ClaimNext applies fn, as Update does, to the oldest pending task of q
-	// (by postedAt, then id) whose item m matches (nil m matches all). It
-	// returns domain.ErrNotFound when no pending task matches.
-	ClaimNext(ctx context.Context, q domain.QueueRef, m Matcher, fn func(*domain.Task) error, then Then) (domain.Task, error)
+	// ClaimNext applies fn, as Update does, to the first pending task of q
+	// in claim order that is claimable at now (domain.Task.Claimable) and
+	// whose item m matches (nil m matches all). Claim order is the highest
+	// priority first, then the earliest EligibleAt, then the id; without
+	// priorities and delays, oldest posted first. It returns
+	// domain.ErrNotFound when no such task is there.
+	ClaimNext(ctx context.Context, q domain.QueueRef, m Matcher, now time.Time, fn func(*domain.Task) error, then Then) (domain.Task, error)
+	// Due makes claimable the pending tasks of q whose notBefore has come
+	// by now, and reports how many became so since the last call and when
+	// the next delayed one will (zero: none is delayed). The caller wakes
+	// that many waiting claims and looks again then; ClaimNext does not
+	// depend on it.
+	Due(ctx context.Context, q domain.QueueRef, now time.Time) (n int, next time.Time, err error)
 	// Delete removes a task for good (retention), if check (when not nil)
 	// approves of its current record; otherwise it returns check's error.
 	Delete(ctx context.Context, k domain.Key, check func(domain.Task) error, then Then) error
 	// Each calls fn with each task of q in stage st until fn returns false.
-	// Pending tasks come in claim order, the others by (postedAt, id). fn
-	// must not call back into the repository.
+	// Pending tasks come by (EligibleAt, id), which is claim order without
+	// priorities; the others by (postedAt, id). fn must not call back into
+	// the repository.
 	Each(ctx context.Context, q domain.QueueRef, st domain.Stage, fn func(domain.Task) bool) error
 	// Counts reports how many tasks q holds in each stage.
 	Counts(q domain.QueueRef) Counts
@@ -125,6 +138,9 @@ type Notifier interface {
 	// Subscribe delivers every event of task k published from now on, in
 	// publish order, holding up to buffer unread ones.
 	Subscribe(k domain.Key, buffer int) Subscription
+	// Wake wakes n claims waiting on q: n tasks became claimable without a
+	// change of their own (their notBefore came; TaskRepository.Due).
+	Wake(q domain.QueueRef, n int)
 }
 
 // Subscription receives the events of one task.

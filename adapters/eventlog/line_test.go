@@ -38,7 +38,7 @@ func lifecycle(tb testing.TB) map[string]domain.Event {
 	evs["posted"] = ev
 	a, evs["claimed"] = must(a.Claim("box-1", time.Minute, sec(1)))
 	a, evs["progress"] = must(a.ReportProgress("box-1", json.RawMessage(`{"percent":40}`), time.Minute, sec(2)))
-	a, evs["requeue"] = must(a.Requeue(domain.CauseLease, sec(3)))
+	a, evs["requeue"] = must(a.Requeue(domain.CauseLease, domain.Retry{}, sec(3)))
 	a, evs["claimed again"] = must(a.Claim("box-2", time.Minute, sec(4)))
 	a, evs["result"] = must(a.Finish("box-2", json.RawMessage(`{"ok":true}`), sec(5)))
 	a, ev, ok := a.Fetch(sec(6))

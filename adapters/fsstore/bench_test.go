@@ -89,7 +89,7 @@ func (r *depthRig) round(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	start := time.Now()
-	got, err := r.s.ClaimNext(ctx, ref, r.videos, claimBy("box-1", epoch), nil)
+	got, err := r.s.ClaimNext(ctx, ref, r.videos, epoch, claimBy("box-1", epoch), nil)
 	took := time.Since(start)
 	if err != nil || got.ID != posted.ID {
 		b.Fatalf("claim = %s, %v; want %s", got.ID, err, posted.ID)

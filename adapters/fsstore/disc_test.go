@@ -130,7 +130,7 @@ func TestFilesFollowTransitions(t *testing.T) {
 	})
 
 	mustUpdate(t, s, keyOf(id), step(func(t domain.Task) (domain.Task, domain.Event, error) {
-		return t.Requeue(domain.CauseLease, epoch.Add(80*time.Second))
+		return t.Requeue(domain.CauseLease, domain.Retry{}, epoch.Add(80*time.Second))
 	}))
 	assertFiles(t, dir, map[string]string{
 		path("pending"): `{"id":"9f2c1a0b7d4e6f83","host":"task.example.com","queue":"resize","status":"pending",` +
@@ -209,7 +209,7 @@ func TestReopen(t *testing.T) {
 		t.Errorf("a clean reopen recovered %v", got)
 	}
 	// The reopened store keeps working: the next claim is the oldest pending.
-	claimed, err := again.ClaimNext(ctx, ref, nil, claimBy("box-3", now), nil)
+	claimed, err := again.ClaimNext(ctx, ref, nil, now, claimBy("box-3", now), nil)
 	if err != nil || claimed.ID != taskID(0) {
 		t.Errorf("claim after reopen = %s, %v; want %s", claimed.ID, err, taskID(0))
 	}
@@ -574,7 +574,7 @@ func TestClaimRemembersVerdicts(t *testing.T) {
 	}
 	m := &contract.CountingMatcher{Want: `{"kind":"video"}`}
 	for range 3 {
-		if _, err := s.ClaimNext(ctx, ref, m, claimBy("box-1", epoch), nil); !errors.Is(err, domain.ErrNotFound) {
+		if _, err := s.ClaimNext(ctx, ref, m, epoch, claimBy("box-1", epoch), nil); !errors.Is(err, domain.ErrNotFound) {
 			t.Fatalf("claim = %v, want ErrNotFound", err)
 		}
 	}
@@ -582,7 +582,7 @@ func TestClaimRemembersVerdicts(t *testing.T) {
 		t.Errorf("query ran %d times over 10 tasks, want 10", m.Calls)
 	}
 	post(10, `{"kind":"video"}`)
-	got, err := s.ClaimNext(ctx, ref, m, claimBy("box-1", epoch), nil)
+	got, err := s.ClaimNext(ctx, ref, m, epoch, claimBy("box-1", epoch), nil)
 	if err != nil || got.ID != taskID(10) {
 		t.Fatalf("claim = %s, %v; want %s", got.ID, err, taskID(10))
 	}
@@ -591,7 +591,7 @@ func TestClaimRemembersVerdicts(t *testing.T) {
 	}
 	// A different query is asked afresh.
 	other := &contract.CountingMatcher{Want: `{"kind":"image"}`}
-	if _, err := s.ClaimNext(ctx, ref, other, claimBy("box-1", epoch), nil); err != nil || other.Calls != 1 {
+	if _, err := s.ClaimNext(ctx, ref, other, epoch, claimBy("box-1", epoch), nil); err != nil || other.Calls != 1 {
 		t.Errorf("claim with another query = %v after %d calls, want a task after 1", err, other.Calls)
 	}
 }

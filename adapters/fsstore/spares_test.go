@@ -133,7 +133,7 @@ func churn(s *fsstore.Store, seed uint64, goroutines, rounds, tasks int) {
 					posted, _ := domain.Post(taskID(n), host, queue, json.RawMessage(fmt.Sprintf(`{"n":%d,"pad":%q}`, n, strings.Repeat("x", rng.IntN(300)))), "alice", now)
 					_ = s.Create(ctx, posted, nil) // ErrExists when it lives
 				case 1:
-					_, _ = s.ClaimNext(ctx, ref, nil, claimBy(fmt.Sprintf("box-%d", g), now), nil)
+					_, _ = s.ClaimNext(ctx, ref, nil, now, claimBy(fmt.Sprintf("box-%d", g), now), nil)
 				case 2:
 					_, _ = s.Update(ctx, k, step(func(t domain.Task) (domain.Task, domain.Event, error) {
 						worker := ""
@@ -146,7 +146,7 @@ func churn(s *fsstore.Store, seed uint64, goroutines, rounds, tasks int) {
 					_, _ = s.Update(ctx, k, finishWith(`{"ok":true}`, now), nil)
 				case 4:
 					_, _ = s.Update(ctx, k, step(func(t domain.Task) (domain.Task, domain.Event, error) {
-						return t.Requeue(domain.CauseLease, now)
+						return t.Requeue(domain.CauseLease, domain.Retry{}, now)
 					}), nil)
 				case 5:
 					_ = s.Delete(ctx, k, func(t domain.Task) error {

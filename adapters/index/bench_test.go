@@ -96,7 +96,7 @@ func (r *depthRig) round(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	start := time.Now()
-	got, err := r.s.ClaimNext(ctx, benchRef, r.videos, benchClaim, nil)
+	got, err := r.s.ClaimNext(ctx, benchRef, r.videos, benchEpoch, benchClaim, nil)
 	took := time.Since(start)
 	if err != nil || got.ID != posted.ID {
 		b.Fatalf("claim = %s, %v; want %s", got.ID, err, posted.ID)

@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
@@ -181,7 +182,7 @@ func (s *Store) Update(ctx context.Context, k domain.Key, fn func(*domain.Task) 
 // ClaimNext applies fn to the oldest pending task of ref that m accepts.
 // The queue's mutex is what makes exactly one caller win each task: a task
 // being claimed is out of the pending tree until its claim is stored.
-func (s *Store) ClaimNext(ctx context.Context, ref domain.QueueRef, m ports.Matcher, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+func (s *Store) ClaimNext(ctx context.Context, ref domain.QueueRef, m ports.Matcher, now time.Time, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
 	if err := ctx.Err(); err != nil {
 		return domain.Task{}, fmt.Errorf("claim in %s/%s: %w", ref.Host, ref.Queue, err)
 	}
@@ -294,6 +295,12 @@ func (s *Store) Each(ctx context.Context, ref domain.QueueRef, st domain.Stage, 
 		return fmt.Errorf("each in %s/%s: %w", ref.Host, ref.Queue, err)
 	}
 	return nil
+}
+
+// Due makes the delayed tasks of ref whose time has come claimable.
+// TODO(issue 12): the index does not keep delayed tasks apart yet.
+func (s *Store) Due(ctx context.Context, ref domain.QueueRef, now time.Time) (int, time.Time, error) {
+	return 0, time.Time{}, nil
 }
 
 // Counts reports how many tasks ref holds in each state directory.

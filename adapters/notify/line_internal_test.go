@@ -14,8 +14,16 @@ var (
 	thumbs = domain.QueueRef{Host: "task.example.com", Queue: "thumbnail"}
 )
 
+// event is an event of task id in q, with the task pending after the kinds
+// that leave it so; n goes into attempts so that tests can tell events apart
+// and check their order.
 func event(q domain.QueueRef, id string, kind domain.EventKind, n int) domain.Event {
-	return domain.Event{Kind: kind, Task: domain.Task{Host: q.Host, Queue: q.Queue, ID: id, Attempts: n}}
+	st := domain.Processing
+	switch kind {
+	case domain.EventPosted, domain.EventRequeue, domain.EventReleased:
+		st = domain.Pending
+	}
+	return domain.Event{Kind: kind, Task: domain.Task{Host: q.Host, Queue: q.Queue, ID: id, Status: st, Attempts: n}}
 }
 
 func closed(ch <-chan struct{}) bool {

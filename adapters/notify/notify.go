@@ -143,9 +143,11 @@ func (h *Hub) Publish(ev domain.Event) {
 	k := domain.KeyOf(ev.Task)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if ev.Kind == domain.EventPosted || ev.Kind == domain.EventRequeue {
+	if ev.Task.Claimable(ev.At) {
 		// One task, one claim woken: waking every waiter would have all of
-		// them queue up for the queue's lock to find one task.
+		// them queue up for the queue's lock to find one task. A task
+		// delayed (a backoff, a delayed post) wakes nobody now; Wake does
+		// once its time has come.
 		h.wakes++
 		h.wakeNext(k.Ref(), h.wakes)
 	}
@@ -158,6 +160,20 @@ func (h *Hub) Publish(ev domain.Event) {
 			s.lost.Store(true)
 			h.drop(s)
 		}
+	}
+}
+
+// Wake wakes up to n claims waiting in q's line, one for each task that has
+// just become claimable.
+func (h *Hub) Wake(q domain.QueueRef, n int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for range n {
+		if h.lines[q] == nil {
+			return
+		}
+		h.wakes++
+		h.wakeNext(q, h.wakes)
 	}
 }
 

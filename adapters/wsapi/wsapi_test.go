@@ -34,8 +34,8 @@ type gatedRepo struct {
 	release chan struct{}
 }
 
-func (g *gatedRepo) ClaimNext(ctx context.Context, q domain.QueueRef, m ports.Matcher, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
-	t, err := g.TaskRepository.ClaimNext(ctx, q, m, fn, then)
+func (g *gatedRepo) ClaimNext(ctx context.Context, q domain.QueueRef, m ports.Matcher, now time.Time, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+	t, err := g.TaskRepository.ClaimNext(ctx, q, m, now, fn, then)
 	if err == nil {
 		g.took <- struct{}{}
 		<-g.release

@@ -38,7 +38,7 @@ func kindItem(kind string) string { return fmt.Sprintf(`{"kind":%q}`, kind) }
 
 func claimID(tb testing.TB, r ports.TaskRepository, m ports.Matcher, now int) string {
 	tb.Helper()
-	got, err := r.ClaimNext(context.Background(), ref, m, claim("box-1", at(now)), nil)
+	got, err := r.ClaimNext(context.Background(), ref, m, at(now), claim("box-1", at(now)), nil)
 	if errors.Is(err, domain.ErrNotFound) {
 		return ""
 	}

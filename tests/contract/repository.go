@@ -109,7 +109,7 @@ func finish(worker, result string, now time.Time) func(*domain.Task) error {
 
 func requeue(now time.Time) func(*domain.Task) error {
 	return func(t *domain.Task) error {
-		next, _, err := t.Requeue(domain.CauseLease, now)
+		next, _, err := t.Requeue(domain.CauseLease, domain.Retry{}, now)
 		*t = next
 		return err
 	}
@@ -126,7 +126,7 @@ func mustGet(tb testing.TB, r ports.TaskRepository, k domain.Key) domain.Task {
 
 func mustClaim(tb testing.TB, r ports.TaskRepository, m ports.Matcher, worker string, now time.Time) domain.Task {
 	tb.Helper()
-	t, err := r.ClaimNext(context.Background(), ref, m, claim(worker, now), nil)
+	t, err := r.ClaimNext(context.Background(), ref, m, now, claim(worker, now), nil)
 	if err != nil {
 		tb.Fatalf("claim for %s: %v", worker, err)
 	}
@@ -213,7 +213,7 @@ func testGetMissing(t *testing.T, r ports.TaskRepository) {
 		t.Errorf("delete of a missing task = %v, want ErrNotFound", err)
 	}
 	other := domain.QueueRef{Host: Host, Queue: "other"}
-	if _, err := r.ClaimNext(ctx, other, nil, claim("box-1", at(1)), nil); !errors.Is(err, domain.ErrNotFound) {
+	if _, err := r.ClaimNext(ctx, other, nil, at(1), claim("box-1", at(1)), nil); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("claim in an unknown queue = %v, want ErrNotFound", err)
 	}
 	if got := r.Counts(other); got != (ports.Counts{}) {
@@ -355,7 +355,7 @@ func testClaimOrder(t *testing.T, r ports.TaskRepository) {
 	if again := mustGet(t, r, key(3)); again.Attempts != 2 {
 		t.Errorf("re-claimed task has %d attempts, want 2", again.Attempts)
 	}
-	if _, err := r.ClaimNext(context.Background(), ref, nil, claim("box-2", at(103)), nil); !errors.Is(err, domain.ErrNotFound) {
+	if _, err := r.ClaimNext(context.Background(), ref, nil, at(103), claim("box-2", at(103)), nil); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("claim with nothing pending = %v, want ErrNotFound", err)
 	}
 }
@@ -383,7 +383,7 @@ func testClaimMatcher(t *testing.T, r ports.TaskRepository) {
 	if got := mustClaim(t, r, images, "box-1", at(10)); got.ID != ID(4) {
 		t.Errorf("second image claim took %s, want %s", got.ID, ID(4))
 	}
-	_, err := r.ClaimNext(context.Background(), ref, images, claim("box-1", at(10)), nil)
+	_, err := r.ClaimNext(context.Background(), ref, images, at(10), claim("box-1", at(10)), nil)
 	if !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("image claim with only videos pending = %v, want ErrNotFound", err)
 	}
@@ -416,7 +416,7 @@ func testClaimRace(t *testing.T, r ports.TaskRepository) {
 		worker := fmt.Sprintf("box-%d", w)
 		wg.Go(func() {
 			<-start
-			got, err := r.ClaimNext(context.Background(), ref, nil, claim(worker, at(100)), nil)
+			got, err := r.ClaimNext(context.Background(), ref, nil, at(100), claim(worker, at(100)), nil)
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -563,7 +563,7 @@ func testDelete(t *testing.T, r ports.TaskRepository) {
 	if err := r.Delete(ctx, key(2), nil, nil); err != nil {
 		t.Fatalf("delete pending: %v", err)
 	}
-	if _, err := r.ClaimNext(ctx, ref, nil, claim("box-1", at(6)), nil); !errors.Is(err, domain.ErrNotFound) {
+	if _, err := r.ClaimNext(ctx, ref, nil, at(6), claim("box-1", at(6)), nil); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("claim after deleting the only pending task = %v, want ErrNotFound", err)
 	}
 	mustPost(t, r, 1, 7, `{"again":true}`)
@@ -646,7 +646,7 @@ func testThenOnce(t *testing.T, r ports.TaskRepository) {
 	if err := r.Create(ctx, posted, then); !errors.Is(err, domain.ErrExists) {
 		t.Fatalf("duplicate create = %v", err)
 	}
-	if _, err := r.ClaimNext(ctx, ref, nil, claim("box-1", at(1)), then); err != nil {
+	if _, err := r.ClaimNext(ctx, ref, nil, at(1), claim("box-1", at(1)), then); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.Update(ctx, key(1), finish("box-1", `{}`, at(2)), then); err != nil {
@@ -665,7 +665,7 @@ func testThenOnce(t *testing.T, r ports.TaskRepository) {
 	// A failing Then leaves the change stored and returns its error.
 	mustPost(t, r, 2, 4, `{}`)
 	failed := errors.New("log unavailable")
-	if _, err := r.ClaimNext(ctx, ref, nil, claim("box-1", at(5)), func(domain.Task) error { return failed }); !errors.Is(err, failed) {
+	if _, err := r.ClaimNext(ctx, ref, nil, at(5), claim("box-1", at(5)), func(domain.Task) error { return failed }); !errors.Is(err, failed) {
 		t.Fatalf("claim with a failing Then = %v", err)
 	}
 	if got := mustGet(t, r, key(2)); got.Status != domain.Processing {
