@@ -84,6 +84,13 @@ func (s *Service) claimNow(ctx context.Context, q *domain.Queue, worker string, 
 		}
 		return domain.Task{}, fmt.Errorf("claim in %s/%s: %w", q.Host, q.Name, err)
 	}
+	// On a queue that bounds attempts, the count must outlast a crash: a
+	// claim lost with it would let the task be handed out once too often.
+	if q.Settings.MaxAttempts > 0 {
+		if err := s.syncer.Sync(ctx); err != nil {
+			return domain.Task{}, fmt.Errorf("claim %s: %w", t.ID, err)
+		}
+	}
 	return t, nil
 }
 

@@ -97,7 +97,7 @@ func (w *world) step() { w.clock.Advance(1500 * time.Millisecond) }
 func (w *world) post() domain.Task {
 	w.t.Helper()
 	w.step()
-	task, err := w.svc.Post(w.ctx, w.q, "alice", []byte(`{"url":"a<b>"}`))
+	task, err := w.svc.Post(w.ctx, w.q, "alice", []byte(`{"url":"a<b>"}`), app.PostOptions{})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -441,7 +441,7 @@ func TestRepairTies(t *testing.T) {
 	w.step()
 	var ids []string
 	for range 5 {
-		task, err := w.svc.Post(w.ctx, w.q, "alice", []byte(`{}`))
+		task, err := w.svc.Post(w.ctx, w.q, "alice", []byte(`{}`), app.PostOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -546,7 +546,7 @@ func TestRepairLeavesOldChangesAlone(t *testing.T) {
 	// Another queue is busy later: its lines set the window.
 	other := &domain.Queue{Host: w.q.Host, Name: "other", Settings: w.q.Settings}
 	for range 2 {
-		if _, err := w.svc.Post(w.ctx, other, "", []byte(`{}`)); err != nil {
+		if _, err := w.svc.Post(w.ctx, other, "", []byte(`{}`), app.PostOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

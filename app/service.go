@@ -63,6 +63,8 @@ type Service struct {
 	// waiting for work answer at once instead of holding the shutdown up.
 	drained context.Context
 	drain   context.CancelFunc
+
+	delays delays // timers for delayed tasks (delays.go)
 }
 
 // New builds a Service.
@@ -83,6 +85,7 @@ func New(d Deps) *Service {
 		clock: d.Clock, observer: d.Observer, logger: d.Logger,
 		queries: newQueryCache(d.Compiler, 512),
 		drained: drained, drain: drain,
+		delays: delays{timers: make(map[domain.QueueRef]*alarm)},
 	}
 }
 
@@ -104,7 +107,10 @@ var errTooManyWaiting = domain.E(domain.KindUnavailable, domain.CodeTooManyWaiti
 
 // Drain makes every waiting claim return now and every later claim answer
 // without waiting. Called once shutdown begins.
-func (s *Service) Drain() { s.drain() }
+func (s *Service) Drain() {
+	s.drain()
+	s.stopDelays()
+}
 
 // rule is one domain transition of a stored task at now: the task after it
 // and the event it caused, or a refusal.
@@ -141,6 +147,7 @@ func (s *Service) record(ctx context.Context, q *domain.Queue, ev domain.Event) 
 	}
 	s.observer.Observe(ev)
 	s.notifier.Publish(ev)
+	s.watchDelay(q, ev.Task)
 	return nil
 }
 
@@ -163,7 +170,8 @@ func newID() (string, error) {
 // for that" refusals, which are answers, not failures.
 func isStateConflict(err error) bool {
 	return errors.Is(err, domain.ErrTerminal) || errors.Is(err, domain.ErrNotPending) ||
-		errors.Is(err, domain.ErrNotProcessing) || errors.Is(err, domain.ErrNotLeaseHolder)
+		errors.Is(err, domain.ErrNotProcessing) || errors.Is(err, domain.ErrNotLeaseHolder) ||
+		errors.Is(err, domain.ErrNotYet)
 }
 
 type nopObserver struct{}

@@ -76,7 +76,7 @@ func newFixture(t *testing.T, settings domain.Settings) *fixture {
 
 func (f *fixture) post(t *testing.T, item string) domain.Task {
 	t.Helper()
-	task, err := f.svc.Post(context.Background(), f.q, "alice", []byte(item))
+	task, err := f.svc.Post(context.Background(), f.q, "alice", []byte(item), app.PostOptions{})
 	if err != nil {
 		t.Fatalf("post %s: %v", item, err)
 	}
@@ -126,7 +126,7 @@ func TestBadItemsChangeNothing(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := f.svc.Post(context.Background(), f.q, "", []byte(c.item))
+			_, err := f.svc.Post(context.Background(), f.q, "", []byte(c.item), app.PostOptions{})
 			var e *domain.Error
 			if !errors.As(err, &e) || e.Kind != c.kind || e.Code != c.code {
 				t.Fatalf("err = %v, want %v %s", err, c.kind, c.code)
@@ -402,7 +402,7 @@ func TestWakeGoesOnPastAClaimThatDoesNotMatch(t *testing.T) {
 		got <- task
 	}()
 	<-hub.joined
-	posted, err := svc.Post(ctx, f.q, "alice", []byte(`{"url":"small"}`))
+	posted, err := svc.Post(ctx, f.q, "alice", []byte(`{"url":"small"}`), app.PostOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,7 +457,7 @@ func TestClaimQuery(t *testing.T) {
 func TestLogFailureIsNotAcknowledged(t *testing.T) {
 	f := newFixture(t, domain.DefaultSettings())
 	f.log.Fail(&domain.Error{Kind: domain.KindUnavailable, Code: "log_unavailable", Message: "disc full"})
-	_, err := f.svc.Post(context.Background(), f.q, "", []byte(`{"url":"a"}`))
+	_, err := f.svc.Post(context.Background(), f.q, "", []byte(`{"url":"a"}`), app.PostOptions{})
 	if domain.KindOf(err) != domain.KindUnavailable {
 		t.Fatalf("post with a failing log: %v", err)
 	}

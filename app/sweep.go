@@ -29,6 +29,9 @@ func (s *Service) Sweep(ctx context.Context, queues []*domain.Queue) error {
 }
 
 func (s *Service) sweepQueue(ctx context.Context, q *domain.Queue) error {
+	if err := s.rearm(ctx, q); err != nil {
+		return err
+	}
 	now := s.clock.Now()
 	ref := q.Ref()
 

@@ -13,9 +13,14 @@ import (
 )
 
 // Post validates item against the queue's item schema and stores it as a new
-// pending task. It returns once the task is durable.
-func (s *Service) Post(ctx context.Context, q *domain.Queue, user string, item []byte) (domain.Task, error) {
+// pending task, delayed or prioritised as opts say. It returns once the
+// task is durable.
+func (s *Service) Post(ctx context.Context, q *domain.Queue, user string, item []byte, opts PostOptions) (domain.Task, error) {
 	item, err := payload(q, q.Item, item, domain.CodeInvalidItem)
+	if err != nil {
+		return domain.Task{}, err
+	}
+	posting, err := opts.resolve(s.clock.Now())
 	if err != nil {
 		return domain.Task{}, err
 	}
@@ -28,7 +33,7 @@ func (s *Service) Post(ctx context.Context, q *domain.Queue, user string, item [
 		if err != nil {
 			return domain.Task{}, err
 		}
-		t, ev = domain.Post(id, q.Host, q.Name, item, user, s.clock.Now())
+		t, ev = domain.Post(id, q.Host, q.Name, item, user, s.clock.Now(), posting)
 		err = s.repo.Create(ctx, t, func(t domain.Task) error {
 			stored = true
 			return record(t)

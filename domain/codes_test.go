@@ -17,7 +17,6 @@ import (
 // no code uses them, and they are defined so that the feature, when it comes,
 // uses the SPEC's word.
 var specOnly = map[string]bool{
-	"CodeInvalidFailure":      true, // §11: 422 invalid_failure
 	"CodeNotFailed":           true, // §12: 409 not_failed
 	"CodeIdempotencyConflict": true, // §12: 409 idempotency_conflict
 }

@@ -23,9 +23,11 @@ type Queue struct {
 	Name     string
 	Settings Settings
 	Access   Access
-	// The compiled schemas, and their source for GET /{queue}.
-	Item, Progress, Result          Schema
-	ItemRaw, ProgressRaw, ResultRaw json.RawMessage
+	// The compiled schemas, and their source for GET /{queue}. Failure
+	// checks the reasons of give-backs and failures; FailureRaw is nil
+	// unless the queue file gives one.
+	Item, Progress, Result, Failure             Schema
+	ItemRaw, ProgressRaw, ResultRaw, FailureRaw json.RawMessage
 }
 
 // Ref names q.

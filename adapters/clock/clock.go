@@ -20,12 +20,22 @@ type System struct{}
 // Now returns the current time.
 func (System) Now() time.Time { return time.Now() }
 
+// AfterFunc calls f in its own goroutine once d has passed.
+func (System) AfterFunc(d time.Duration, f func()) (stop func() bool) { return time.AfterFunc(d, f).Stop }
+
 // Fake is a clock that moves only when told to, so that tests can cross a
 // lease, a queue timeout or midnight without waiting. It is safe for
 // concurrent use: the code under test reads it while the test moves it.
 type Fake struct {
-	mu  sync.Mutex
-	now time.Time
+	mu     sync.Mutex
+	now    time.Time
+	alarms map[*fakeAlarm]struct{}
+}
+
+// fakeAlarm is an AfterFunc waiting for the Fake to reach at.
+type fakeAlarm struct {
+	at time.Time
+	f  func()
 }
 
 // NewFake returns a Fake showing t.
@@ -41,14 +51,49 @@ func (f *Fake) Now() time.Time {
 // Set makes the Fake show t, which may be earlier than before.
 func (f *Fake) Set(t time.Time) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.now = t
+	f.ring()
 }
 
 // Advance moves the Fake on by d and returns the new time.
 func (f *Fake) Advance(d time.Duration) time.Time {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.now = f.now.Add(d)
-	return f.now
+	now := f.now
+	f.ring()
+	return now
+}
+
+// AfterFunc calls f in its own goroutine once the Fake has been moved d on
+// from now (at once if d is not positive), as time.AfterFunc would.
+func (f *Fake) AfterFunc(d time.Duration, fn func()) (stop func() bool) {
+	f.mu.Lock()
+	a := &fakeAlarm{at: f.now.Add(d), f: fn}
+	if f.alarms == nil {
+		f.alarms = make(map[*fakeAlarm]struct{})
+	}
+	f.alarms[a] = struct{}{}
+	f.ring()
+	return func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		_, waiting := f.alarms[a]
+		delete(f.alarms, a)
+		return waiting
+	}
+}
+
+// ring fires the alarms that are due and unlocks f.mu, which is held.
+func (f *Fake) ring() {
+	var due []func()
+	for a := range f.alarms {
+		if !a.at.After(f.now) {
+			due = append(due, a.f)
+			delete(f.alarms, a)
+		}
+	}
+	f.mu.Unlock()
+	for _, fn := range due {
+		go fn()
+	}
 }

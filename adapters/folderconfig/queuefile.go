@@ -16,6 +16,7 @@ import (
 const (
 	maxSeconds      = 10 * 365 * 24 * 60 * 60 // ten years
 	maxMaxItemBytes = 64 << 20                // 64 MiB
+	maxMaxAttempts  = 1_000_000
 )
 
 // anySchemaRaw is what GET /{queue} shows for a progress or result schema
@@ -47,6 +48,7 @@ func parseQueue(host, name string, data []byte, users map[string]bool, r *fileRe
 		Access:      domain.Access{},
 		Progress:    schema.Any(),
 		Result:      schema.Any(),
+		Failure:     schema.Any(),
 		ProgressRaw: anySchemaRaw(),
 		ResultRaw:   anySchemaRaw(),
 	}
@@ -61,12 +63,14 @@ func parseQueue(host, name string, data []byte, users map[string]bool, r *fileRe
 			q.Progress, q.ProgressRaw = compileSchema(m.value, at, r)
 		case "result":
 			q.Result, q.ResultRaw = compileSchema(m.value, at, r)
+		case "failure":
+			q.Failure, q.FailureRaw = compileSchema(m.value, at, r)
 		case "settings":
 			parseSettings(m.value, at, &q.Settings, r)
 		case "access":
 			parseAccess(m.value, at, users, q.Access, r)
 		default:
-			r.fail(at, "unknown key (a queue file has item, progress, result, settings and access)")
+			r.fail(at, "unknown key (a queue file has item, progress, result, failure, settings and access)")
 		}
 	}
 	if !hasItem {
@@ -111,6 +115,12 @@ func parseSettings(raw json.RawMessage, at string, s *domain.Settings, r *fileRe
 			s.RetainSeconds = positiveInt(v, maxSeconds, key, r)
 		case "maxItemBytes":
 			s.MaxItemBytes = positiveInt(v, maxMaxItemBytes, key, r)
+		case "maxAttempts":
+			s.MaxAttempts = positiveInt(v, maxMaxAttempts, key, r)
+		case "retryBaseSeconds":
+			s.RetryBaseSeconds = positiveInt(v, maxSeconds, key, r)
+		case "retryMaxSeconds":
+			s.RetryMaxSeconds = positiveInt(v, maxSeconds, key, r)
 		case "retainFrom":
 			switch str, _ := v.(string); domain.RetainFrom(str) {
 			case domain.RetainFromFinished, domain.RetainFromFetched:
@@ -125,7 +135,7 @@ func parseSettings(raw json.RawMessage, at string, s *domain.Settings, r *fileRe
 			}
 			s.ArchivePayloads = b
 		default:
-			r.fail(key, "unknown setting (known: leaseSeconds, queueSeconds, retainSeconds, retainFrom, taskhoster-archivePayloads, maxItemBytes)")
+			r.fail(key, "unknown setting (known: leaseSeconds, queueSeconds, retainSeconds, retainFrom, taskhoster-archivePayloads, maxItemBytes, maxAttempts, retryBaseSeconds, retryMaxSeconds)")
 		}
 	}
 }

@@ -37,7 +37,7 @@ func (a *API) post(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	t, err := a.svc.Post(r.Context(), q, user, body)
+	t, err := a.svc.Post(r.Context(), q, user, body, app.PostOptions{})
 	if err != nil {
 		a.writeError(w, r, err)
 		return

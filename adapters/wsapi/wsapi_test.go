@@ -119,7 +119,7 @@ func TestClaimWonAsSocketDies(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	task, err := f.svc.Post(context.Background(), f.q, "alice", []byte(`{"url":"a"}`))
+	task, err := f.svc.Post(context.Background(), f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestClaimWonAsSocketDies(t *testing.T) {
 // closed with 1013 after the views it did get, never shown a gap.
 func TestSlowWatcherIsToldToComeBack(t *testing.T) {
 	f := newFixture(t, index.New(), wsapi.Options{WatchBuffer: 1})
-	task, err := f.svc.Post(context.Background(), f.q, "alice", []byte(`{"url":"a"}`))
+	task, err := f.svc.Post(context.Background(), f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
