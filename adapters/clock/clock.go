@@ -21,7 +21,9 @@ type System struct{}
 func (System) Now() time.Time { return time.Now() }
 
 // AfterFunc calls f in its own goroutine once d has passed.
-func (System) AfterFunc(d time.Duration, f func()) (stop func() bool) { return time.AfterFunc(d, f).Stop }
+func (System) AfterFunc(d time.Duration, f func()) (stop func() bool) {
+	return time.AfterFunc(d, f).Stop
+}
 
 // Fake is a clock that moves only when told to, so that tests can cross a
 // lease, a queue timeout or midnight without waiting. It is safe for
