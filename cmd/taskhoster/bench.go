@@ -68,6 +68,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		timeout    = fs.Duration("timeout", d.Timeout, "the longest one run may take")
 		jsonOut    = fs.String("json", "", "also write the report as JSON to this file")
 		peers      = fs.Bool("peers", false, "compare with beanstalkd and fsfloor instead")
+		features   = fs.Bool("features", false, "the bench queue uses retries (maxAttempts 5, a backoff) and every post a priority")
 		beanstalkd = fs.String("beanstalkd", "", "with --peers: the beanstalkd binary (empty: skip it)")
 		fsfloor    = fs.String("fsfloor", "", "with --peers: the fsfloor binary (empty: skip it)")
 		floorModes = fs.String("floor-modes", strings.Join(d.FloorModes, ","), "with --peers: fsfloor modes")
@@ -91,7 +92,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	c.Logs = *logs
 	c.N, c.K, c.Runs, c.ItemBytes = *n, *k, *runs, *itemBytes
 	c.Handoffs, c.Claims, c.DepthSync, c.Memory, c.Timeout = *handoffs, *claims, *depthSync, *memory, *timeout
-	c.Peers, c.Beanstalkd, c.Fsfloor = *peers, *beanstalkd, *fsfloor
+	c.Peers, c.Beanstalkd, c.Fsfloor, c.Features = *peers, *beanstalkd, *fsfloor, *features
 	c.Syncs, c.Transports, c.Sections, c.FloorModes = benchList(*modes), benchList(*transports), benchList(*sections), benchList(*floorModes)
 	var err error
 	if c.Loads, err = benchPairs(*p, *w); err != nil {

@@ -62,6 +62,11 @@ type Config struct {
 	Settle    time.Duration // pause before each memory reading
 	Timeout   time.Duration // the longest one run may take
 
+	// Features has the bench queue use SPEC §11: maxAttempts (so every
+	// claim is flushed before it is answered), a retry backoff, and a
+	// priority on every post. Off: a queue that uses none of it.
+	Features bool
+
 	// Peers runs the interleaved comparison instead of Sections.
 	Peers      bool
 	Beanstalkd string // the beanstalkd binary ("" skips it)
@@ -183,7 +188,7 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 // left, and removes them. prepare, if not nil, fills the folders before
 // the server starts.
 func withServer(c Config, sync string, prepare func(Folders) error, fn func(*Server) error, after func(Folders) error) error {
-	f, err := NewFolders(c.Dir)
+	f, err := NewFolders(c.Dir, c.Features)
 	if err != nil {
 		return err
 	}

@@ -247,7 +247,7 @@ func TestSmoke(t *testing.T) {
 func TestSmokeExisting(t *testing.T) {
 	t.Parallel()
 	bin := buildServer(t)
-	f, err := NewFolders(t.TempDir())
+	f, err := NewFolders(t.TempDir(), false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -19,8 +21,9 @@ import (
 // nothing between the wire and the clock (the client package retries and
 // reconnects, which a measurement must not hide).
 type api struct {
-	t  Target
-	hc *http.Client
+	t     Target
+	hc    *http.Client
+	posts atomic.Int64 // for Target.Priorities
 }
 
 // newAPI returns a client that keeps enough idle connections for conns
@@ -61,7 +64,11 @@ func (a *api) do(ctx context.Context, method, path string, body []byte) (int, []
 
 // post posts item and returns the new task's id.
 func (a *api) post(ctx context.Context, item []byte) (string, error) {
-	code, data, err := a.do(ctx, http.MethodPost, "/"+url.PathEscape(a.t.Queue), item)
+	path := "/" + url.PathEscape(a.t.Queue)
+	if a.t.Priorities {
+		path += "?priority=" + strconv.FormatInt(a.posts.Add(1)%11-5, 10)
+	}
+	code, data, err := a.do(ctx, http.MethodPost, path, item)
 	if err != nil {
 		return "", fmt.Errorf("post: %w", err)
 	}

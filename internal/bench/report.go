@@ -25,6 +25,7 @@ type Report struct {
 	K         int       `json:"k"`
 	Runs      int       `json:"runs"`
 	ItemBytes int       `json:"item_bytes"`
+	Features  bool      `json:"features,omitempty"` // the queue used SPEC §11 (Config.Features)
 
 	Throughput []ThroughputRow `json:"throughput,omitempty"`
 	Handoff    []HandoffRow    `json:"handoff,omitempty"`
@@ -149,7 +150,7 @@ func newReport(c Config) *Report {
 	}
 	return &Report{
 		Started: time.Now().UTC(), Machine: machine(c.Dir), Label: c.Label, Dir: c.Dir,
-		Commit: c.Commit, N: c.N, K: c.K, Runs: c.Runs, ItemBytes: c.ItemBytes,
+		Commit: c.Commit, N: c.N, K: c.K, Runs: c.Runs, ItemBytes: c.ItemBytes, Features: c.Features,
 	}
 }
 
@@ -268,6 +269,9 @@ func (r *Report) Print(w io.Writer) error {
 	}
 	p("commit:  %s\n", r.Commit)
 	p("figures: median [min–max] of %d runs; ~%d-byte items; K = %d tasks in flight per worker\n", r.Runs, r.ItemBytes, r.K)
+	if r.Features {
+		p("queue:   maxAttempts 5 (every claim flushed), retry backoff, a priority on every post\n")
+	}
 
 	table := func(title string, header string, rows [][]string) {
 		if len(rows) == 0 {

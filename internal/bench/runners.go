@@ -157,7 +157,7 @@ func runDepth(ctx context.Context, c Config, rep *Report) []DepthRow {
 			rep.Notes = append(rep.Notes, fmt.Sprintf("depth %d skipped: %s", n, why))
 			continue
 		}
-		f, err := NewFolders(c.Dir)
+		f, err := NewFolders(c.Dir, c.Features)
 		if err != nil {
 			rep.fail("depth", err)
 			continue

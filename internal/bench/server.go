@@ -25,6 +25,9 @@ type Target struct {
 	Host  string // the Host header
 	Token string
 	Queue string
+	// Priorities has every post carry a priority (-5 to 5, in turn): the
+	// failure-model workload (Config.Features).
+	Priorities bool
 }
 
 // Bench host and queue of a server the bench starts itself. Everything on
@@ -38,11 +41,13 @@ const (
 // items and the logs, all under Root.
 type Folders struct {
 	Root, Hosts, Items, Logs string
+	Features                 bool // the bench queue uses SPEC §11 (see Config.Features)
 }
 
 // NewFolders makes a fresh folder under parent (which must be on the disc
-// under test) with a hosts folder holding the public bench queue.
-func NewFolders(parent string) (Folders, error) {
+// under test) with a hosts folder holding the public bench queue; with
+// features, one that uses SPEC §11's failure model (Config.Features).
+func NewFolders(parent string, features bool) (Folders, error) {
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return Folders{}, err
 	}
@@ -51,10 +56,11 @@ func NewFolders(parent string) (Folders, error) {
 		return Folders{}, err
 	}
 	f := Folders{
-		Root:  root,
-		Hosts: filepath.Join(root, "hosts"),
-		Items: filepath.Join(root, "items"),
-		Logs:  filepath.Join(root, "logs"),
+		Root:     root,
+		Hosts:    filepath.Join(root, "hosts"),
+		Items:    filepath.Join(root, "items"),
+		Logs:     filepath.Join(root, "logs"),
+		Features: features,
 	}
 	queues := filepath.Join(f.Hosts, benchHost, "taskhoster-queues")
 	if err := os.MkdirAll(queues, 0o755); err != nil {
@@ -63,6 +69,12 @@ func NewFolders(parent string) (Folders, error) {
 	// Any item; default lease, timeout and retention (an hour), so nothing
 	// the sweep does interferes with a run.
 	queue := `{"item": {}, "access": {"post": "public", "status": "public", "work": "public", "logs": "public"}}`
+	if features {
+		// Every claim is made durable before it is answered (maxAttempts),
+		// and a failure would back off; the posts carry priorities.
+		queue = `{"item": {}, "settings": {"maxAttempts": 5, "retryBaseSeconds": 1, "retryMaxSeconds": 60},
+			"access": {"post": "public", "status": "public", "work": "public", "logs": "public"}}`
+	}
 	if err := os.WriteFile(filepath.Join(queues, benchQueue+".json"), []byte(queue), 0o644); err != nil {
 		return Folders{}, err
 	}
@@ -118,7 +130,7 @@ func StartServer(binary string, f Folders, sync string, timeout time.Duration) (
 		return nil, err
 	}
 	s := &Server{
-		Target:  Target{Host: benchHost, Queue: benchQueue},
+		Target:  Target{Host: benchHost, Queue: benchQueue, Priorities: f.Features},
 		Folders: f, cmd: cmd, exited: make(chan struct{}), logf: logf,
 	}
 	t0 := time.Now()
