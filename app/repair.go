@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -207,6 +208,8 @@ type seenLine struct {
 	status   domain.Status
 	attempts int
 	worker   string
+	errCode  string // a failed line's "error"
+	errBytes int64  // its "bytes.error": the size of the task's failure, if any
 }
 
 // tailRead is what one backward pass over the log found.
@@ -285,7 +288,8 @@ func readTail(ctx context.Context, tail LogTail, newest map[domain.QueueRef][]do
 		if queueFirst || names(raw, host, queue, sought) {
 			if l, err := tasklog.ParseLine(raw); err == nil {
 				k := domain.Key{Host: l.Host, Queue: l.Queue, ID: l.ID}
-				line := seenLine{at: domain.Millis(l.At), event: l.Event, status: l.Status, attempts: l.Attempts, worker: l.Worker}
+				line := seenLine{at: domain.Millis(l.At), event: l.Event, status: l.Status, attempts: l.Attempts,
+					worker: l.Worker, errCode: l.Error, errBytes: l.Bytes.Error}
 				if queueFirst {
 					delete(unmet[l.Host], l.Queue)
 					queuesUnmet--
@@ -399,9 +403,15 @@ func missingEvent(t domain.Task, last seenLine, found bool) (domain.Event, bool)
 	case t.Status == domain.Pending && t.Attempts == 0:
 		// Pending and never claimed: only a post makes that.
 		ev.Kind = domain.EventPosted
+	case t.Status == domain.Pending && gaveBackWithReason(t, last, found):
+		// Claimed before and pending again with a new failure: only its
+		// worker's give-back sets one (SPEC §11).
+		ev.Kind, ev.Worker = domain.EventReleased, lastWorker
 	case t.Status == domain.Pending:
 		// Claimed before and pending again: a re-queue. Its cause (lease or
-		// socket) is not in the line; the worker that lost it is.
+		// socket) is not in the line; the worker that lost it is. (A
+		// give-back without a reason, or with one as long as the last,
+		// looks the same in the store, and is repaired as a re-queue.)
 		ev.Kind, ev.Worker = domain.EventRequeue, lastWorker
 	case t.Status == domain.Processing && found && last.status == domain.Processing && last.attempts == t.Attempts:
 		// Under the same claim as its line: the lease holder reported.
@@ -415,21 +425,44 @@ func missingEvent(t domain.Task, last seenLine, found bool) (domain.Event, bool)
 		ev.Kind, ev.Worker = domain.EventResult, lastWorker
 	case t.Status == domain.Failed && t.Error != nil && *t.Error == domain.TimeoutError:
 		ev.Kind, ev.Worker = domain.EventTimeout, lastWorker
+	case t.Status == domain.Failed && t.Error != nil &&
+		(*t.Error == domain.FailedError || *t.Error == domain.AttemptsError):
+		// Failed by its worker, or a dead letter: come back (lease lapse,
+		// socket drop, give-back) after its last allowed attempt. Either
+		// way the line is failed, with the task's error code; like a
+		// result's, a failure is named after the claim's holder.
+		ev.Kind, ev.Worker = domain.EventFailed, lastWorker
 	default:
 		return domain.Event{}, false
 	}
 	return ev, true
 }
 
+// gaveBackWithReason reports whether pending t's failure (the reason of a
+// give-back) is not the one its newest line sized: a give-back replaced it
+// since. A lease lapse or a socket drop keeps the failure as it was.
+func gaveBackWithReason(t domain.Task, last seenLine, found bool) bool {
+	if domain.IsNull(t.Failure) {
+		return false
+	}
+	// The size the event log gives it: as the task file holds it
+	// (encoding/json compacts and escapes a raw payload).
+	stored, err := json.Marshal(t.Failure)
+	return err == nil && (!found || int64(len(stored)) != last.errBytes)
+}
+
 // cutClean is the cleaned line q lacks, if any: when q's last line is of a
 // task the store no longer holds and is not its cleaned line, the task was
 // deleted by a clean whose line was cut. (A task set aside as corrupt has
-// a failed line instead, and is left alone.) The line a clean writes
+// a failed line with error "corrupt" instead, or without an error from a
+// server before SPEC §11, and is left alone.) The line a clean writes
 // carries the task as it was; here only what its last line said is known:
 // id, status and attempts.
 func (s *Service) cutClean(ctx context.Context, q *domain.Queue, read *tailRead) ([]domain.Event, error) {
 	last, ok := read.queueLast[q.Ref()]
-	if !ok || last.line.event == domain.EventCleaned || last.line.event == domain.EventFailed {
+	setAside := last.line.event == domain.EventFailed &&
+		(last.line.errCode == domain.CorruptError || last.line.errCode == "")
+	if !ok || last.line.event == domain.EventCleaned || setAside {
 		return nil, nil
 	}
 	_, err := s.repo.Get(ctx, last.key)

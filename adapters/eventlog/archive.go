@@ -1,6 +1,7 @@
 package eventlog
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -68,12 +69,12 @@ func bodiesOf(ev domain.Event) ([]body, error) {
 	case domain.EventResult:
 		b = body{name: "result", file: ResultFile}
 		b.data, err = storedForm(t.Result)
-	case domain.EventTimeout, domain.EventFailed:
-		if t.Error == nil {
-			return nil, nil
+	case domain.EventTimeout, domain.EventFailed, domain.EventReleased:
+		data, ok, err := errorBody(t)
+		if !ok || err != nil {
+			return nil, err
 		}
-		b = body{name: "error", file: ErrorFile}
-		b.data, err = json.Marshal(*t.Error)
+		b = body{name: "error", file: ErrorFile, data: data}
 	default:
 		return nil, nil
 	}
@@ -81,6 +82,21 @@ func bodiesOf(ev domain.Event) ([]body, error) {
 		return nil, fmt.Errorf("archive %s of %s: %w", ev.Kind, t.ID, err)
 	}
 	return []body{b}, nil
+}
+
+// errorBody is what error.json holds for t, the body errorLen sizes: its
+// failure when it has one, else its error code as a JSON string; ok is
+// false when it has neither (a give-back without a reason).
+func errorBody(t domain.Task) (data []byte, ok bool, err error) {
+	switch {
+	case !domain.IsNull(bytes.TrimSpace(t.Failure)):
+		data, err = storedForm(t.Failure)
+	case t.Error != nil:
+		data, err = json.Marshal(*t.Error)
+	default:
+		return nil, false, nil
+	}
+	return data, true, err
 }
 
 // storedForm is raw as domain.EncodeTask writes it into a task file (json

@@ -10,19 +10,24 @@ import (
 )
 
 // line is one event as it appears in a day file. The field order is the order
-// of the seed's example line; encoding/json keeps the order of the struct.
+// of the seed's example line, with "error" (failed lines only) after
+// "status"; encoding/json keeps the order of the struct.
 type line struct {
-	T        int64            `json:"t"`
-	At       string           `json:"at"`
-	Host     string           `json:"host"`
-	Queue    string           `json:"queue"`
-	ID       string           `json:"id"`
-	Event    domain.EventKind `json:"event"`
-	Status   domain.Status    `json:"status"`
-	Attempts int              `json:"attempts"`
-	Worker   *string          `json:"worker"` // null when no worker is involved
-	Bytes    sizes            `json:"bytes"`
-	Archived []string         `json:"archived"`
+	T      int64            `json:"t"`
+	At     string           `json:"at"`
+	Host   string           `json:"host"`
+	Queue  string           `json:"queue"`
+	ID     string           `json:"id"`
+	Event  domain.EventKind `json:"event"`
+	Status domain.Status    `json:"status"`
+	// Error is the task's error code on a failed line only (SPEC §8: a
+	// worker's failure "failed", a dead letter "attempts", a corrupt file
+	// "corrupt"); no other line has the field.
+	Error    *string  `json:"error,omitempty"`
+	Attempts int      `json:"attempts"`
+	Worker   *string  `json:"worker"` // null when no worker is involved
+	Bytes    sizes    `json:"bytes"`
+	Archived []string `json:"archived"`
 }
 
 // sizes are the byte lengths of a task's payloads as its file holds them.
@@ -64,9 +69,12 @@ func encodeLine(ev domain.Event, archived []string) []byte {
 			Item:     storedLen(t.Item),
 			Progress: storedLen(t.Progress),
 			Result:   storedLen(t.Result),
-			Error:    errorLen(t.Error),
+			Error:    errorLen(t),
 		},
 		Archived: archived,
+	}
+	if ev.Kind == domain.EventFailed {
+		l.Error = t.Error
 	}
 	if ev.Worker != "" {
 		l.Worker = &ev.Worker
@@ -122,13 +130,18 @@ func storedLen(raw json.RawMessage) int {
 	return n
 }
 
-// errorLen is the length of the task's error as its file holds it: a JSON
-// string, so "timeout" counts 9 bytes.
-func errorLen(e *string) int {
-	if e == nil {
+// errorLen is the size of the task's error payload (SPEC §11): its failure,
+// the reason of a give-back or failure, when it has one, as its file holds
+// it; otherwise its error code as a JSON string, so "timeout" counts 9
+// bytes. It is the size of the error.json the archive writes (errorBody).
+func errorLen(t domain.Task) int {
+	if n := storedLen(t.Failure); n > 0 {
+		return n
+	}
+	if t.Error == nil {
 		return 0
 	}
-	b, err := json.Marshal(*e)
+	b, err := json.Marshal(*t.Error)
 	if err != nil {
 		panic(fmt.Sprintf("encode error string: %v", err)) // a string always encodes
 	}

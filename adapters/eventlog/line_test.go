@@ -77,7 +77,9 @@ func TestAppendWritesExactLine(t *testing.T) {
 		{"fetched", `{"t":1785056818,"at":"2026-07-26T09:06:58.004Z","host":"task.example.com","queue":"resize","id":"9f2c1a0b7d4e6f83","event":"fetched","status":"finished","attempts":2,"worker":null,"bytes":{"item":30,"progress":14,"result":11,"error":0},"archived":[]}`},
 		{"cleaned", `{"t":1785056819,"at":"2026-07-26T09:06:59.004Z","host":"task.example.com","queue":"resize","id":"9f2c1a0b7d4e6f83","event":"cleaned","status":"finished","attempts":2,"worker":null,"bytes":{"item":30,"progress":14,"result":11,"error":0},"archived":[]}`},
 		{"timeout", `{"t":1785056820,"at":"2026-07-26T09:07:00.004Z","host":"task.example.com","queue":"resize","id":"3a71bd0c5e2f9481","event":"timeout","status":"failed","attempts":1,"worker":"box-1","bytes":{"item":30,"progress":0,"result":0,"error":9},"archived":[]}`},
-		{"failed", `{"t":1785056821,"at":"2026-07-26T09:07:01.004Z","host":"task.example.com","queue":"resize","id":"18c4e05a9f2b7d63","event":"failed","status":"failed","attempts":0,"worker":null,"bytes":{"item":0,"progress":0,"result":0,"error":9},"archived":[]}`},
+		// A failed line carries the task's error code (SPEC §8, §6); the
+		// other lines are the seed's.
+		{"failed", `{"t":1785056821,"at":"2026-07-26T09:07:01.004Z","host":"task.example.com","queue":"resize","id":"18c4e05a9f2b7d63","event":"failed","status":"failed","error":"corrupt","attempts":0,"worker":null,"bytes":{"item":0,"progress":0,"result":0,"error":9},"archived":[]}`},
 	}
 	if len(tests) != len(evs) {
 		t.Fatalf("%d cases for %d events", len(tests), len(evs))

@@ -69,15 +69,15 @@ func payloadURL(host, queue, id, file string) string {
 
 // form is the filter form as typed, shown back on the page.
 type form struct {
-	Host, Queue, ID, Event, Worker, From, To string
-	Limit                                    int
+	Host, Queue, ID, Event, Error, Worker, From, To string
+	Limit                                           int
 }
 
 // values are the form's fields as URL parameters, for the paging links.
 func (f form) values() url.Values {
 	v := url.Values{}
 	for name, value := range map[string]string{"host": f.Host, "queue": f.Queue, "id": f.ID,
-		"event": f.Event, "worker": f.Worker, "from": f.From, "to": f.To} {
+		"event": f.Event, "error": f.Error, "worker": f.Worker, "from": f.From, "to": f.To} {
 		if value != "" {
 			v.Set(name, value)
 		}
@@ -92,6 +92,7 @@ func (f form) values() url.Values {
 type listPage struct {
 	Form   form
 	Events []domain.EventKind
+	Errors []string
 	Lines  []tasklog.Line
 	Error  string
 	// Paging links, "" where there is no such page.
@@ -102,14 +103,21 @@ type listPage struct {
 func eventKinds() []domain.EventKind {
 	return []domain.EventKind{domain.EventPosted, domain.EventClaimed, domain.EventProgress,
 		domain.EventResult, domain.EventFailed, domain.EventTimeout, domain.EventRequeue,
-		domain.EventFetched, domain.EventCleaned}
+		domain.EventReleased, domain.EventFetched, domain.EventCleaned}
 }
 
-// list is the events list: GET /?host=&queue=&id=&event=&worker=&from=&to=
+// errorCodes are offered in the error filter (SPEC §11); the parameter
+// takes any code a newer server may write.
+func errorCodes() []string {
+	return []string{domain.TimeoutError, domain.AttemptsError, domain.FailedError,
+		domain.CancelledError, domain.CorruptError}
+}
+
+// list is the events list: GET /?host=&queue=&id=&event=&error=&worker=&from=&to=
 // &before=|after=&limit=. A filter that cannot be right is a 400 page that
 // says why and keeps the form as typed.
 func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
-	page := listPage{Events: eventKinds()}
+	page := listPage{Events: eventKinds(), Errors: errorCodes()}
 	q, f, err := parseQuery(r.URL.Query())
 	page.Form = f
 	if err != nil {
@@ -148,11 +156,11 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 // ones are ignored.
 func parseQuery(v url.Values) (tasklog.Query, form, error) {
 	get := func(name string) string { return strings.TrimSpace(v.Get(name)) }
-	f := form{Host: get("host"), Queue: get("queue"), ID: get("id"), Event: get("event"),
+	f := form{Host: get("host"), Queue: get("queue"), ID: get("id"), Event: get("event"), Error: get("error"),
 		Worker: get("worker"), From: get("from"), To: get("to"), Limit: tasklog.DefaultLimit}
 	q := tasklog.Query{
 		Filter: tasklog.Filter{Host: strings.ToLower(f.Host), Queue: f.Queue, ID: strings.ToLower(f.ID),
-			Event: domain.EventKind(f.Event), Worker: f.Worker},
+			Event: domain.EventKind(f.Event), Error: f.Error, Worker: f.Worker},
 	}
 	var err error
 	if q.Filter.From, err = parseTime("from", f.From); err != nil {

@@ -28,9 +28,22 @@ const (
 	evil = `<script>alert("x")</script>`
 )
 
-// fixture is a mirror with two tasks: A's whole trail with archived
-// payloads (one not fetched), and B posted and claimed by an evil name.
-func fixture(t testing.TB) *sqlitelogs.Store {
+// t0 is the time of the fixtures' first line.
+var t0 = time.Date(2026, 7, 26, 9, 0, 0, 0, time.UTC)
+
+// mk is a line of day file 2026-07-26 at offset off, t0 + off seconds.
+func mk(off int64, id string, ev domain.EventKind, worker string, b tasklog.Sizes, archived ...string) tasklog.Line {
+	at := t0.Add(time.Duration(off) * time.Second)
+	return tasklog.Line{
+		Key: tasklog.Key{Source: host, Day: "2026-07-26", Offset: off},
+		T:   at.Unix(), At: at, Host: host, Queue: queue, ID: id, Event: ev, Status: domain.Processing,
+		Attempts: 1, Worker: worker, Bytes: b, Archived: archived, Raw: "{}",
+	}
+}
+
+// mirror is a store holding lines, opened for reading as logs serve opens
+// it. fetch, if not nil, stores (or not) each payload the lines archived.
+func mirror(t testing.TB, lines []tasklog.Line, fetch func(w *sqlitelogs.Store, ref tasklog.PayloadRef) error) *sqlitelogs.Store {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -38,25 +51,7 @@ func fixture(t testing.TB) *sqlitelogs.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t0 := time.Date(2026, 7, 26, 9, 0, 0, 0, time.UTC)
-	mk := func(off int64, id string, ev domain.EventKind, worker string, b tasklog.Sizes, archived ...string) tasklog.Line {
-		at := t0.Add(time.Duration(off) * time.Second)
-		return tasklog.Line{
-			Key: tasklog.Key{Source: host, Day: "2026-07-26", Offset: off},
-			T:   at.Unix(), At: at, Host: host, Queue: queue, ID: id, Event: ev, Status: domain.Processing,
-			Attempts: 1, Worker: worker, Bytes: b, Archived: archived, Raw: "{}",
-		}
-	}
-	lines := []tasklog.Line{
-		mk(0, idA, domain.EventPosted, "", tasklog.Sizes{Item: 74}, "item"),
-		mk(10, idB, domain.EventPosted, "", tasklog.Sizes{Item: 31}),
-		mk(20, idA, domain.EventClaimed, "box-1", tasklog.Sizes{Item: 74}),
-		mk(30, idA, domain.EventProgress, "box-1", tasklog.Sizes{Item: 74, Progress: 14}, "progress"),
-		mk(40, idA, domain.EventResult, "box-1", tasklog.Sizes{Item: 74, Progress: 14, Result: 2048}, "result"),
-		mk(50, idB, domain.EventClaimed, evil, tasklog.Sizes{Item: 31}),
-		mk(60, idA, domain.EventCleaned, "", tasklog.Sizes{Item: 74, Progress: 14, Result: 2048}),
-	}
-	if _, err := w.Commit(ctx, host, "2026-07-26", tasklog.Cursor{Offset: 70}, lines); err != nil {
+	if _, err := w.Commit(ctx, host, "2026-07-26", tasklog.Cursor{Offset: 1000}, lines); err != nil {
 		t.Fatal(err)
 	}
 	refs, err := w.Wanted(ctx, host)
@@ -64,15 +59,10 @@ func fixture(t testing.TB) *sqlitelogs.Store {
 		t.Fatal(err)
 	}
 	for _, ref := range refs {
-		switch ref.File {
-		case "item.json":
-			err = w.SavePayload(ctx, ref, []byte(`{"url":"https://ex.com/a.png","note":"<b>bold</b>"}`))
-		case "progress.jsonl":
-			err = w.SavePayload(ctx, ref, []byte("{\"percent\":40}\n"))
-		case "result.json":
-			err = w.PayloadGone(ctx, ref) // aged out before it was fetched
+		if fetch == nil {
+			break
 		}
-		if err != nil {
+		if err := fetch(w, ref); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -85,6 +75,33 @@ func fixture(t testing.TB) *sqlitelogs.Store {
 	}
 	t.Cleanup(func() { r.Close() })
 	return r
+}
+
+// fixture is a mirror with two tasks: A's whole trail with archived
+// payloads (one not fetched), and B posted and claimed by an evil name.
+func fixture(t testing.TB) *sqlitelogs.Store {
+	t.Helper()
+	lines := []tasklog.Line{
+		mk(0, idA, domain.EventPosted, "", tasklog.Sizes{Item: 74}, "item"),
+		mk(10, idB, domain.EventPosted, "", tasklog.Sizes{Item: 31}),
+		mk(20, idA, domain.EventClaimed, "box-1", tasklog.Sizes{Item: 74}),
+		mk(30, idA, domain.EventProgress, "box-1", tasklog.Sizes{Item: 74, Progress: 14}, "progress"),
+		mk(40, idA, domain.EventResult, "box-1", tasklog.Sizes{Item: 74, Progress: 14, Result: 2048}, "result"),
+		mk(50, idB, domain.EventClaimed, evil, tasklog.Sizes{Item: 31}),
+		mk(60, idA, domain.EventCleaned, "", tasklog.Sizes{Item: 74, Progress: 14, Result: 2048}),
+	}
+	return mirror(t, lines, func(w *sqlitelogs.Store, ref tasklog.PayloadRef) error {
+		ctx := context.Background()
+		switch ref.File {
+		case "item.json":
+			return w.SavePayload(ctx, ref, []byte(`{"url":"https://ex.com/a.png","note":"<b>bold</b>"}`))
+		case "progress.jsonl":
+			return w.SavePayload(ctx, ref, []byte("{\"percent\":40}\n"))
+		case "result.json":
+			return w.PayloadGone(ctx, ref) // aged out before it was fetched
+		}
+		return nil
+	})
 }
 
 type page struct {

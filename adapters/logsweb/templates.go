@@ -49,6 +49,9 @@ code, .mono { font-family: ui-monospace, monospace; }
 .error { background: #fde8e8; border: 1px solid #e0a0a0; padding: .5rem .75rem; }
 nav.pages { margin: 1rem 0; display: flex; gap: 1rem; }
 .muted { color: #777; }
+tr.failure td { background: #fdecea; } td.failure { color: #a40000; border-left: 4px solid #c62828; }
+tr.giveback td { background: #fff6e0; } td.giveback { color: #7a4b00; border-left: 4px solid #e0a000; }
+.code { font-family: ui-monospace, monospace; }
 </style>
 </head>
 <body>
@@ -59,6 +62,13 @@ nav.pages { margin: 1rem 0; display: flex; gap: 1rem; }
 </body>
 </html>
 {{end}}
+
+{{/* A task failing (failed, timeout) or given back (released) stands out
+by a word as well as a colour: "✗ failed" with its error code, "↺ released". */}}
+{{define "rowclass"}}event{{if .Failure}} failure{{else if .GaveBack}} giveback{{end}}{{end}}
+{{define "event"}}{{if .Failure}}<td class="failure"><b>✗ {{.Event}}</b>{{if and .Error (ne .Error (print .Event))}} <span class="code" title="error code">error: {{.Error}}</span>{{end}}</td>
+{{- else if .GaveBack}}<td class="giveback"><b>↺ {{.Event}}</b> <span title="given back by its worker">given back</span></td>
+{{- else}}<td>{{.Event}}</td>{{end}}{{end}}
 
 {{define "sizes"}}<td class="num">{{size .Item}}</td><td class="num">{{size .Progress}}</td><td class="num">{{size .Result}}</td><td class="num">{{size .Error}}</td>{{end}}
 
@@ -72,6 +82,11 @@ nav.pages { margin: 1rem 0; display: flex; gap: 1rem; }
     {{- $ev := .Form.Event}}{{range .Events}}
     <option{{if eq (print .) $ev}} selected{{end}}>{{.}}</option>{{end}}
   </select></label>
+  <label>error <select name="error" id="error-code">
+    <option value="">any</option>
+    {{- $code := .Form.Error}}{{range .Errors}}
+    <option{{if eq . $code}} selected{{end}}>{{.}}</option>{{end}}
+  </select></label>
   <label>worker <input name="worker" id="worker" value="{{.Form.Worker}}" size="12"></label>
   <label>from (UTC) <input type="datetime-local" step="1" name="from" id="from" value="{{.Form.From}}"></label>
   <label>to (UTC, before) <input type="datetime-local" step="1" name="to" id="to" value="{{.Form.To}}"></label>
@@ -84,16 +99,17 @@ nav.pages { margin: 1rem 0; display: flex; gap: 1rem; }
 <th class="num">attempts</th><th>worker</th>
 <th class="num">item</th><th class="num">progress</th><th class="num">result</th><th class="num">error</th></tr></thead>
 <tbody>
-{{range .Lines}}<tr class="event">
+{{range .Lines}}<tr class="{{template "rowclass" .}}">
 <td><time datetime="{{iso .At}}">{{when .At}}</time></td><td>{{.Host}}</td><td>{{.Queue}}</td>
 <td><a class="task mono" href="{{taskURL .Host .Queue .ID}}">{{.ID}}</a></td>
-<td>{{.Event}}</td><td>{{.Status}}</td><td class="num">{{.Attempts}}</td><td>{{.Worker}}</td>
+{{template "event" .}}<td>{{.Status}}</td><td class="num">{{.Attempts}}</td><td>{{.Worker}}</td>
 {{template "sizes" .Bytes}}
 </tr>
 {{else}}<tr><td colspan="12" class="muted">{{if not .Error}}No events match.{{end}}</td></tr>
 {{end}}</tbody>
 </table>
-<p class="muted">Sizes are the payloads' bytes as each event reports them.</p>
+<p class="muted">Sizes are the payloads' bytes as each event reports them; error is the reason a worker gave, or else the error code.
+✗ marks a task failing, with its error code; ↺ a task its worker gave back.</p>
 <nav class="pages">
 {{if .Newest}}<a href="{{.Newest}}" id="newest">« newest</a>{{end}}
 {{if .Newer}}<a href="{{.Newer}}" id="newer">‹ newer</a>{{end}}
@@ -110,8 +126,8 @@ nav.pages { margin: 1rem 0; display: flex; gap: 1rem; }
 <th class="num">item</th><th class="num">progress</th><th class="num">result</th><th class="num">error</th>
 <th>archived</th></tr></thead>
 <tbody>
-{{$page := .}}{{range .Lines}}<tr class="event">
-<td><time datetime="{{iso .At}}">{{when .At}}</time></td><td>{{.Event}}</td><td>{{.Status}}</td>
+{{$page := .}}{{range .Lines}}<tr class="{{template "rowclass" .}}">
+<td><time datetime="{{iso .At}}">{{when .At}}</time></td>{{template "event" .}}<td>{{.Status}}</td>
 <td class="num">{{.Attempts}}</td><td>{{.Worker}}</td>
 {{template "sizes" .Bytes}}
 <td>{{range .Archived}}{{$url := $page.PayloadURL .}}{{if $url}}<a class="payload" href="{{$url}}" target="_blank" rel="noopener">{{.}}</a> {{else}}<span class="muted" title="not in the mirror">{{.}}</span> {{end}}{{end}}</td>

@@ -1,6 +1,8 @@
 // Package metrics exposes Taskhoster's Prometheus metrics: transitions by
-// kind, refused results, re-queues by cause, request latency, and queue
-// depths read from the repository's index at scrape time.
+// kind, tasks finished and failed (by error code) counted apart, dead
+// letters, give-backs, refused results, re-queues by cause, request
+// latency, and queue depths read from the repository's index at scrape
+// time.
 package metrics
 
 import (
@@ -26,6 +28,10 @@ type Metrics struct {
 	results  *prometheus.CounterVec
 	requeues *prometheus.CounterVec
 	timeouts *prometheus.CounterVec
+	finished *prometheus.CounterVec
+	failures *prometheus.CounterVec
+	dead     *prometheus.CounterVec
+	releases *prometheus.CounterVec
 	events   *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	flushes  prometheus.Histogram
@@ -60,6 +66,21 @@ func New(depths Depths) *Metrics {
 		timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "taskhoster_timeouts_total", Help: "Tasks failed by the queue timeout.",
 		}, queue),
+		finished: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskhoster_tasks_finished_total", Help: "Tasks that ended finished (an accepted result).",
+		}, queue),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskhoster_tasks_failed_total",
+			Help: "Tasks that ended failed, by error (timeout, attempts, failed, corrupt, ...).",
+		}, append(queue, "error")),
+		dead: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskhoster_attempts_exhausted_total",
+			Help: "Dead letters: tasks failed with error attempts, by how they came back the last time (lease, socket, release).",
+		}, append(queue, "cause")),
+		releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskhoster_releases_total",
+			Help: "Tasks given back by their worker, including those that became dead letters by it.",
+		}, queue),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "taskhoster_events_total", Help: "Transitions written to the event log, by event.",
 		}, []string{"event"}),
@@ -82,7 +103,8 @@ func New(depths Depths) *Metrics {
 			Name: "taskhoster_flush_failures_total", Help: "Flushes that failed (the disc refused them).",
 		}),
 	}
-	reg.MustRegister(m.posts, m.claims, m.results, m.requeues, m.timeouts, m.events, m.latency,
+	reg.MustRegister(m.posts, m.claims, m.results, m.requeues, m.timeouts,
+		m.finished, m.failures, m.dead, m.releases, m.events, m.latency,
 		m.flushes, m.batches, m.failed,
 		newDepthCollector(depths),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -100,11 +122,39 @@ func (m *Metrics) Observe(ev domain.Event) {
 		m.claims.WithLabelValues(host, queue).Inc()
 	case domain.EventResult:
 		m.results.WithLabelValues(host, queue, "accepted").Inc()
+		m.finished.WithLabelValues(host, queue).Inc()
 	case domain.EventRequeue:
 		m.requeues.WithLabelValues(host, queue, ev.Cause).Inc()
+	case domain.EventReleased:
+		m.releases.WithLabelValues(host, queue).Inc()
 	case domain.EventTimeout:
 		m.timeouts.WithLabelValues(host, queue).Inc()
+		m.failures.WithLabelValues(host, queue, domain.TimeoutError).Inc()
+	case domain.EventFailed:
+		m.observeFailed(ev)
 	}
+}
+
+// observeFailed counts a failed event: a worker's failure, a dead letter, a
+// corrupt file. A dead letter came back one last time by a lapsed lease or
+// a closed socket (its cause), or else by its worker's give-back, which
+// counts as a give-back too.
+func (m *Metrics) observeFailed(ev domain.Event) {
+	host, queue := ev.Task.Host, ev.Task.Queue
+	code := "unknown"
+	if ev.Task.Error != nil {
+		code = *ev.Task.Error
+	}
+	m.failures.WithLabelValues(host, queue, code).Inc()
+	if code != domain.AttemptsError {
+		return
+	}
+	cause := ev.Cause
+	if cause == "" {
+		cause = "release"
+		m.releases.WithLabelValues(host, queue).Inc()
+	}
+	m.dead.WithLabelValues(host, queue, cause).Inc()
 }
 
 // Flushed records one group-commit flush: how long it took, how many

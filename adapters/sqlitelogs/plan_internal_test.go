@@ -35,6 +35,7 @@ func TestEventsPlansUseAnIndexInTimeOrder(t *testing.T) {
 		{"host", tasklog.Query{Filter: tasklog.Filter{Host: "task.example.com"}}, "lines_host"},
 		{"queue", tasklog.Query{Filter: tasklog.Filter{Queue: "resize"}, Before: pos}, "lines_queue"},
 		{"event", tasklog.Query{Filter: tasklog.Filter{Event: "result"}}, "lines_event"},
+		{"error", tasklog.Query{Filter: tasklog.Filter{Error: "attempts"}}, "lines_error"},
 		{"worker in a time range", tasklog.Query{Filter: tasklog.Filter{Worker: "box-1", From: from}}, "lines_worker"},
 		{"event and queue", tasklog.Query{Filter: tasklog.Filter{Event: "result", Queue: "resize"}}, "lines_queue_event"},
 	}

@@ -62,9 +62,9 @@ func insertLines(ctx context.Context, tx *sql.Tx, lines []tasklog.Line) (int, er
 		return 0, nil
 	}
 	insert, err := tx.PrepareContext(ctx, `
-		INSERT INTO lines (source, day, off, ms, t, host, queue, id, event, status, attempts, worker,
+		INSERT INTO lines (source, day, off, ms, t, host, queue, id, event, status, error, attempts, worker,
 			b_item, b_progress, b_result, b_error, archived, raw)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (source, day, off) DO NOTHING`)
 	if err != nil {
 		return 0, err
@@ -80,12 +80,15 @@ func insertLines(ctx context.Context, tx *sql.Tx, lines []tasklog.Line) (int, er
 
 	added := 0
 	for _, l := range lines {
-		var worker any // NULL when no worker was involved
+		var worker, errCode any // NULL when no worker was involved, no error told
 		if l.Worker != "" {
 			worker = l.Worker
 		}
+		if l.Error != "" {
+			errCode = l.Error
+		}
 		res, err := insert.ExecContext(ctx, l.Key.Source, l.Key.Day, l.Key.Offset, l.At.UnixMilli(), l.T,
-			l.Host, l.Queue, l.ID, string(l.Event), string(l.Status), l.Attempts, worker,
+			l.Host, l.Queue, l.ID, string(l.Event), string(l.Status), errCode, l.Attempts, worker,
 			l.Bytes.Item, l.Bytes.Progress, l.Bytes.Result, l.Bytes.Error,
 			strings.Join(l.Archived, ","), l.Raw)
 		if err != nil {

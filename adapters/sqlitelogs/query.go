@@ -14,7 +14,7 @@ import (
 )
 
 // lineColumns are the columns scanLine reads, in its order.
-const lineColumns = `seq, source, day, off, ms, t, host, queue, id, event, status, attempts,
+const lineColumns = `seq, source, day, off, ms, t, host, queue, id, event, status, error, attempts,
 	worker, b_item, b_progress, b_result, b_error, archived, raw`
 
 // Events is one page of events, newest first, matching q.Filter. Pages are
@@ -106,6 +106,7 @@ func filterSQL(f tasklog.Filter) (where []string, args []any) {
 	eq("queue", f.Queue)
 	eq("id", f.ID)
 	eq("event", string(f.Event))
+	eq("error", f.Error)
 	eq("worker", f.Worker)
 	if !f.From.IsZero() {
 		where = append(where, "ms >= ?")
@@ -152,17 +153,18 @@ func scanLine(rows *sql.Rows) (tasklog.Line, error) {
 		ms       int64
 		event    string
 		status   string
+		errCode  sql.NullString
 		worker   sql.NullString
 		archived string
 	)
 	err := rows.Scan(&l.Seq, &l.Key.Source, &l.Key.Day, &l.Key.Offset, &ms, &l.T,
-		&l.Host, &l.Queue, &l.ID, &event, &status, &l.Attempts, &worker,
+		&l.Host, &l.Queue, &l.ID, &event, &status, &errCode, &l.Attempts, &worker,
 		&l.Bytes.Item, &l.Bytes.Progress, &l.Bytes.Result, &l.Bytes.Error, &archived, &l.Raw)
 	if err != nil {
 		return tasklog.Line{}, err
 	}
 	l.At = time.UnixMilli(ms).UTC()
-	l.Event, l.Status, l.Worker = domain.EventKind(event), domain.Status(status), worker.String
+	l.Event, l.Status, l.Error, l.Worker = domain.EventKind(event), domain.Status(status), errCode.String, worker.String
 	if archived != "" {
 		l.Archived = strings.Split(archived, ",")
 	}

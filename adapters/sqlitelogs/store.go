@@ -18,6 +18,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 
 	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/domain/tasklog"
 )
 
 // File is the store's file name inside the store folder (--store DIR).
@@ -25,7 +26,9 @@ const File = "tasklogs.db"
 
 // schemaVersion is kept in PRAGMA user_version; Open refuses a store from a
 // later version instead of misreading it.
-const schemaVersion = 1
+// Version 2 added the lines' error column (the error code a failed or
+// timeout line tells, SPEC §11); Open brings a version 1 file up to it.
+const schemaVersion = 2
 
 // schema is the whole store. Every statement is idempotent so Open can run
 // it on an existing file.
@@ -39,7 +42,8 @@ const schemaVersion = 1
 // DESC, seq DESC LIMIT n" by reading n entries, without sorting. An event
 // within a queue has an index of its own: with (event, ms) alone, a rare
 // event of one queue would be found by reading past that event in every
-// other queue.
+// other queue. error is the error code a failed or timeout line tells,
+// NULL on the others; its index holds only the lines that have one.
 //
 // cursors: how far each day file of each source has been read.
 //
@@ -59,6 +63,7 @@ CREATE TABLE IF NOT EXISTS lines (
 	id         TEXT    NOT NULL,
 	event      TEXT    NOT NULL,
 	status     TEXT    NOT NULL,
+	error      TEXT,
 	attempts   INTEGER NOT NULL,
 	worker     TEXT,
 	b_item     INTEGER NOT NULL,
@@ -76,6 +81,7 @@ CREATE INDEX IF NOT EXISTS lines_queue_event ON lines (queue, event, ms);
 CREATE INDEX IF NOT EXISTS lines_event  ON lines (event, ms);
 CREATE INDEX IF NOT EXISTS lines_worker ON lines (worker, ms);
 CREATE INDEX IF NOT EXISTS lines_host   ON lines (host, ms);
+CREATE INDEX IF NOT EXISTS lines_error  ON lines (error, ms) WHERE error IS NOT NULL;
 
 CREATE TABLE IF NOT EXISTS cursors (
 	source TEXT    NOT NULL,
@@ -144,7 +150,7 @@ func OpenReader(dir string) (*Store, error) {
 	}
 	if v != schemaVersion {
 		db.Close()
-		return nil, fmt.Errorf("open task log store %s: schema version %d, this binary reads %d", path, v, schemaVersion)
+		return nil, fmt.Errorf("open task log store %s: schema version %d, this binary reads %d (a logs pull brings an older store up to date)", path, v, schemaVersion)
 	}
 	return &Store{db: db}, nil
 }
@@ -186,11 +192,63 @@ func migrate(db *sql.DB) error {
 	if v > schemaVersion {
 		return fmt.Errorf("task log store has schema version %d, this binary knows %d: use a newer taskhoster", v, schemaVersion)
 	}
+	if v == 1 {
+		if err := addErrorColumn(db); err != nil {
+			return err
+		}
+	}
 	if _, err := db.Exec(schema); err != nil {
 		return fmt.Errorf("create store schema: %w", err)
 	}
 	if _, err := db.Exec(fmt.Sprintf("PRAGMA user_version = %d", schemaVersion)); err != nil {
 		return fmt.Errorf("set store version: %w", err)
+	}
+	return nil
+}
+
+// addErrorColumn brings a version 1 store to version 2: the lines get
+// their error column, filled from the raw lines by tasklog.ParseLine, as
+// a pull fills it. The schema then adds its index.
+func addErrorColumn(db *sql.DB) error {
+	tx, err := db.Begin()
+	if err != nil {
+		return fmt.Errorf("add error column: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if _, err := tx.Exec(`ALTER TABLE lines ADD COLUMN error TEXT`); err != nil {
+		return fmt.Errorf("add error column: %w", err)
+	}
+	rows, err := tx.Query(`SELECT seq, raw FROM lines
+		WHERE event IN ('failed', 'timeout') OR instr(raw, '"error":') > 0`)
+	if err != nil {
+		return fmt.Errorf("add error column: %w", err)
+	}
+	codes := map[int64]string{}
+	for rows.Next() {
+		var seq int64
+		var raw string
+		if err := rows.Scan(&seq, &raw); err != nil {
+			rows.Close()
+			return fmt.Errorf("add error column: %w", err)
+		}
+		if l, err := tasklog.ParseLine([]byte(raw)); err == nil && l.Error != "" {
+			codes[seq] = l.Error
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("add error column: %w", err)
+	}
+	for seq, code := range codes {
+		if _, err := tx.Exec(`UPDATE lines SET error = ? WHERE seq = ?`, code, seq); err != nil {
+			return fmt.Errorf("add error column: %w", err)
+		}
+	}
+	if _, err := tx.Exec(fmt.Sprintf("PRAGMA user_version = %d", schemaVersion)); err != nil {
+		return fmt.Errorf("add error column: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("add error column: %w", err)
 	}
 	return nil
 }

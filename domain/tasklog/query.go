@@ -16,6 +16,7 @@ type Filter struct {
 	Queue  string
 	ID     string
 	Event  domain.EventKind
+	Error  string // the error code a line tells (Line.Error)
 	Worker string
 	From   time.Time // events at or after; zero: no bound
 	To     time.Time // events before; zero: no bound
@@ -34,6 +35,8 @@ func (f Filter) Validate() error {
 		return invalid("task id %q is not 16 lower-case hex characters", f.ID)
 	case f.Event != "" && !validWord(string(f.Event)):
 		return invalid("event %q is not an event name", f.Event)
+	case f.Error != "" && !validWord(f.Error):
+		return invalid("error %q is not an error code", f.Error)
 	case len(f.Worker) > maxWorker:
 		return invalid("worker name is longer than %d bytes", maxWorker)
 	case !f.From.IsZero() && !f.To.IsZero() && !f.From.Before(f.To):

@@ -43,13 +43,18 @@ type Line struct {
 	Seq int64 // the mirror's own number, in order of arrival; 0 until stored
 	Key Key
 
-	T        int64     // Unix seconds, as the server wrote them
-	At       time.Time // the event's time, to the millisecond, UTC
-	Host     string
-	Queue    string
-	ID       string
-	Event    domain.EventKind
-	Status   domain.Status
+	T      int64     // Unix seconds, as the server wrote them
+	At     time.Time // the event's time, to the millisecond, UTC
+	Host   string
+	Queue  string
+	ID     string
+	Event  domain.EventKind
+	Status domain.Status
+	// Error is the task's error code the line tells: a failed line's
+	// "error" ("failed", "attempts", "corrupt", ...), "timeout" for a
+	// timeout line; "" on every other line (and on a failed line of an
+	// older server, which did not write it).
+	Error    string
 	Attempts int
 	Worker   string // "" when no worker was involved
 	Bytes    Sizes
@@ -68,6 +73,7 @@ type wireLine struct {
 	ID       string   `json:"id"`
 	Event    string   `json:"event"`
 	Status   string   `json:"status"`
+	Error    *string  `json:"error"`
 	Attempts int      `json:"attempts"`
 	Worker   *string  `json:"worker"`
 	Bytes    Sizes    `json:"bytes"`
@@ -122,6 +128,13 @@ func ParseLine(raw []byte) (Line, error) {
 	if w.Worker != nil {
 		l.Worker = *w.Worker
 	}
+	// The error code is a short word; anything else stays in the raw line.
+	switch {
+	case w.Error != nil && validWord(*w.Error):
+		l.Error = *w.Error
+	case l.Event == domain.EventTimeout:
+		l.Error = domain.TimeoutError // SPEC §5: the timeout line's task failed with it
+	}
 	// "at" carries the milliseconds that order events within one second; a
 	// line without a readable "at" still has its second.
 	if at, err := time.Parse(time.RFC3339Nano, w.At); err == nil {
@@ -131,6 +144,15 @@ func ParseLine(raw []byte) (Line, error) {
 	}
 	return l, nil
 }
+
+// Failure tells whether the line is of a task failing for good (failed,
+// timeout): one of the lines the browser makes stand out.
+func (l Line) Failure() bool {
+	return l.Event == domain.EventFailed || l.Event == domain.EventTimeout
+}
+
+// GaveBack tells whether the line is of a give-back (SPEC §11).
+func (l Line) GaveBack() bool { return l.Event == domain.EventReleased }
 
 // validWord accepts an event kind a future server might add, as long as it
 // is a plain lower-case word.

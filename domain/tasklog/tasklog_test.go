@@ -155,3 +155,47 @@ func TestCursorOrder(t *testing.T) {
 		t.Errorf("Cursor.Less is not offset, then skip")
 	}
 }
+
+// TestParseLineReadsTheFailureModel reads the lines SPEC §11 adds (as
+// adapters/eventlog writes them) and the error code each tells.
+func TestParseLineReadsTheFailureModel(t *testing.T) {
+	cases := []struct {
+		name, line        string
+		event             domain.EventKind
+		errCode           string
+		failure, gaveBack bool
+		errBytes          int64
+	}{
+		{"released", `{"t":1785056814,"at":"2026-07-26T09:06:54.004Z","host":"task.example.com","queue":"resize","id":"5b0e7c2d9a41f386","event":"released","status":"pending","attempts":1,"worker":"box-1","bytes":{"item":30,"progress":0,"result":0,"error":45},"archived":["error"]}`,
+			domain.EventReleased, "", false, true, 45},
+		{"failed by its worker", `{"t":1785056818,"at":"2026-07-26T09:06:58.004Z","host":"task.example.com","queue":"resize","id":"5b0e7c2d9a41f386","event":"failed","status":"failed","error":"failed","attempts":3,"worker":"box-1","bytes":{"item":30,"progress":0,"result":0,"error":19},"archived":[]}`,
+			domain.EventFailed, "failed", true, false, 19},
+		{"dead letter", `{"t":1785056819,"at":"2026-07-26T09:06:59.004Z","host":"task.example.com","queue":"resize","id":"c4d2a8e61f07b953","event":"failed","status":"failed","error":"attempts","attempts":2,"worker":"box-2","bytes":{"item":30,"progress":0,"result":0,"error":10},"archived":[]}`,
+			domain.EventFailed, "attempts", true, false, 10},
+		{"timeout: the code is the event's", `{"t":1,"host":"h","queue":"q","id":"0123456789abcdef","event":"timeout","status":"failed","bytes":{"error":9}}`,
+			domain.EventTimeout, "timeout", true, false, 9},
+		{"a failed line of an older server has no code", `{"t":1,"host":"h","queue":"q","id":"0123456789abcdef","event":"failed","status":"failed"}`,
+			domain.EventFailed, "", true, false, 0},
+		{"a code that is not a word is dropped", `{"t":1,"host":"h","queue":"q","id":"0123456789abcdef","event":"failed","error":"<b>x</b>"}`,
+			domain.EventFailed, "", true, false, 0},
+		{"no code on a result", `{"t":1,"host":"h","queue":"q","id":"0123456789abcdef","event":"result","status":"finished"}`,
+			domain.EventResult, "", false, false, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := tasklog.ParseLine([]byte(tc.line))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Event != tc.event || l.Error != tc.errCode || l.Failure() != tc.failure || l.GaveBack() != tc.gaveBack || l.Bytes.Error != tc.errBytes {
+				t.Errorf("event %q error %q failure %v gave back %v bytes.error %d", l.Event, l.Error, l.Failure(), l.GaveBack(), l.Bytes.Error)
+			}
+		})
+	}
+	if err := (tasklog.Filter{Error: "no such"}).Validate(); domain.KindOf(err) != domain.KindInvalid {
+		t.Errorf("a filter by a code that is not a word: err = %v", err)
+	}
+	if err := (tasklog.Filter{Error: "attempts", Event: domain.EventReleased}).Validate(); err != nil {
+		t.Errorf("a filter by error and event: %v", err)
+	}
+}
