@@ -29,7 +29,12 @@ const WaitForever = time.Duration(math.MaxInt64)
 // waiting: a claim once begun runs to its end, task moved and event logged,
 // and the caller then holds the task. A claim needs no flush: if it is lost
 // in a crash the task is simply pending again.
-func (s *Service) Claim(ctx context.Context, q *domain.Queue, worker string, query json.RawMessage, wait time.Duration) (domain.Task, error) {
+//
+// A claim that has to wait takes one of the server's waiting places
+// (--max-waiting) for as long as it waits, or answers 503 too_many_waiting;
+// one given a Place (a socket takes it as the claim message arrives, so
+// that claims are refused in the order they came) uses that instead.
+func (s *Service) Claim(ctx context.Context, q *domain.Queue, worker string, query json.RawMessage, wait time.Duration, place ...*Place) (domain.Task, error) {
 	m, err := s.queries.matcher(query)
 	if err != nil {
 		return domain.Task{}, err
@@ -38,11 +43,13 @@ func (s *Service) Claim(ctx context.Context, q *domain.Queue, worker string, que
 	if !errors.Is(err, domain.ErrNotFound) || wait <= 0 || s.drained.Err() != nil {
 		return t, err
 	}
-	release, err := s.holdWaiter()
-	if err != nil {
-		return domain.Task{}, err
+	if len(place) == 0 || place[0] == nil {
+		p, err := s.Place()
+		if err != nil {
+			return domain.Task{}, err
+		}
+		defer p.Leave()
 	}
-	defer release()
 
 	waitCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -89,18 +89,26 @@ func New(d Deps) *Service {
 	}
 }
 
-// holdWaiter takes one of the server's slots for a claim that waits for
-// work, or refuses with 503 too_many_waiting when all are taken: memory for
-// waiting claims is bounded whoever sends them. Call release when the claim
-// stops waiting.
-func (s *Service) holdWaiter() (release func(), err error) {
+// A Place is one of the server's places for a claim waiting for work: the
+// memory waiting claims take is bounded whoever sends them. Leave it when
+// the claim stops waiting; leaving twice is harmless.
+type Place struct {
+	once  sync.Once
+	leave func()
+}
+
+// Place takes a waiting place, or refuses with 503 too_many_waiting when
+// all are taken.
+func (s *Service) Place() (*Place, error) {
 	if s.waiting.Add(1) > s.maxWaiting {
 		s.waiting.Add(-1)
 		return nil, errTooManyWaiting
 	}
-	var once sync.Once
-	return func() { once.Do(func() { s.waiting.Add(-1) }) }, nil
+	return &Place{leave: func() { s.waiting.Add(-1) }}, nil
 }
+
+// Leave gives the place back.
+func (p *Place) Leave() { p.once.Do(p.leave) }
 
 var errTooManyWaiting = domain.E(domain.KindUnavailable, domain.CodeTooManyWaiting,
 	"too many claims are waiting for work on this server; try again later")

@@ -169,18 +169,27 @@ func (w *worker) claim(m message) {
 		w.fail(m.Ref, domain.E(domain.KindInvalid, domain.CodeTooManyClaims, "at most %d claims may be outstanding on one socket", MaxClaims))
 		return
 	}
+	// The waiting place is taken now, so that claims past the server's
+	// limit are refused in the order they came.
+	place, err := w.s.svc.Place()
+	if err != nil {
+		w.mu.Unlock()
+		w.fail(m.Ref, err)
+		return
+	}
 	w.waiting++
 	w.mu.Unlock()
 	w.claims.Add(1)
-	go w.await(m.Ref, m.Query)
+	go w.await(m.Ref, m.Query, place)
 }
 
 // await claims a task for one claim message, waiting as long as it takes.
 // It stops without taking a task once the socket is gone; a task it took
 // just as the socket died is held like any other, and so re-queued by release.
-func (w *worker) await(ref, query json.RawMessage) {
+func (w *worker) await(ref, query json.RawMessage, place *app.Place) {
 	defer w.claims.Done()
-	t, err := w.s.svc.Claim(w.ctx, w.q, w.name, query, app.WaitForever)
+	defer place.Leave()
+	t, err := w.s.svc.Claim(w.ctx, w.q, w.name, query, app.WaitForever, place)
 	switch {
 	case err == nil:
 		w.settle(&t)
