@@ -63,6 +63,16 @@ func (s *server) claimHTTP(queue, worker string, wait float64) map[string]any {
 	return nil
 }
 
+// claimed posts {} to queue and claims it as worker w1; it returns the id.
+func (s *server) claimed(queue string) string {
+	s.t.Helper()
+	id := s.post(queue, "", `{}`)
+	if c := s.claimHTTP(queue, "w1", 0); c == nil || c["id"] != id {
+		s.t.Fatalf("claim on %s: %v, want task %s", queue, c, id)
+	}
+	return id
+}
+
 // call sends a worker's call about task id (heartbeat, release, fail,
 // result) and expects 200.
 func (s *server) call(queue, id, what, body string) map[string]any {
@@ -97,6 +107,14 @@ func (s *server) eventOf(id, kind string) map[string]any {
 		}
 	}
 	return found
+}
+
+// wantReply checks a reply against what it should be.
+func wantReply(t *testing.T, what string, got, want map[string]any) {
+	t.Helper()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("%s (-want +got):\n%s", what, diff)
+	}
 }
 
 func nowMillis() int64 { return time.Now().UnixMilli() }
@@ -182,16 +200,12 @@ func TestHeartbeat(t *testing.T) {
 	if disc := s.record("plain", "processing", id)["lease"].(map[string]any)["until"]; disc != until {
 		t.Errorf("the file's lease.until is %v, want %v", disc, until)
 	}
-	if diff := cmp.Diff(map[string]any{"accepted": false, "status": "processing"}, s.call("plain", id, "heartbeat", `{"worker":"w2"}`)); diff != "" {
-		t.Errorf("another worker's heartbeat (-want +got):\n%s", diff)
-	}
+	wantReply(t, "another worker's heartbeat", s.call("plain", id, "heartbeat", `{"worker":"w2"}`), map[string]any{"accepted": false, "status": "processing"})
 	if diff := cmp.Diff([]string{"posted", "claimed"}, s.eventsOf(id)); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
 	s.call("plain", id, "result", `{"worker":"w1","result":1}`)
-	if diff := cmp.Diff(map[string]any{"accepted": false, "status": "finished"}, s.call("plain", id, "heartbeat", `{"worker":"w1"}`)); diff != "" {
-		t.Errorf("heartbeat after the result (-want +got):\n%s", diff)
-	}
+	wantReply(t, "heartbeat after the result", s.call("plain", id, "heartbeat", `{"worker":"w1"}`), map[string]any{"accepted": false, "status": "finished"})
 }
 
 // TestReleaseWithDelay: a give-back puts the task back to pending, not
@@ -200,15 +214,10 @@ func TestHeartbeat(t *testing.T) {
 func TestReleaseWithDelay(t *testing.T) {
 	t.Parallel()
 	s := startFailures(t)
-	id := s.post("plain", "", `{}`)
-	s.claimHTTP("plain", "w1", 0)
-	if diff := cmp.Diff(map[string]any{"accepted": false, "status": "processing"}, s.call("plain", id, "release", `{"worker":"w2"}`)); diff != "" {
-		t.Errorf("release by another worker (-want +got):\n%s", diff)
-	}
+	id := s.claimed("plain")
+	wantReply(t, "release by another worker", s.call("plain", id, "release", `{"worker":"w2"}`), map[string]any{"accepted": false, "status": "processing"})
 	released := nowMillis()
-	if diff := cmp.Diff(map[string]any{"accepted": true, "status": "pending"}, s.call("plain", id, "release", `{"worker":"w1","delay":1,"reason":{"why":"busy"}}`)); diff != "" {
-		t.Errorf("release (-want +got):\n%s", diff)
-	}
+	wantReply(t, "release", s.call("plain", id, "release", `{"worker":"w1","delay":1,"reason":{"why":"busy"}}`), map[string]any{"accepted": true, "status": "pending"})
 	rec := s.record("plain", "pending", id)
 	if rec["lease"] != nil || rec["failure"].(map[string]any)["why"] != "busy" {
 		t.Errorf("record after release: %v", rec)
@@ -244,9 +253,7 @@ func TestReleaseToDeadLetter(t *testing.T) {
 	if c == nil || c["id"] != id || c["attempts"] != 2.0 {
 		t.Fatalf("second claim: %v", c)
 	}
-	if diff := cmp.Diff(map[string]any{"accepted": true, "status": "failed"}, s.call("retry", id, "release", `{"worker":"w1","reason":{"why":"again"}}`)); diff != "" {
-		t.Errorf("last release (-want +got):\n%s", diff)
-	}
+	wantReply(t, "last release", s.call("retry", id, "release", `{"worker":"w1","reason":{"why":"again"}}`), map[string]any{"accepted": true, "status": "failed"})
 	rec := s.record("retry", "done", id)
 	if rec["status"] != "failed" || rec["error"] != "attempts" || rec["attempts"] != 2.0 || rec["lease"] != nil {
 		t.Errorf("dead letter on disc: %v", rec)
@@ -272,11 +279,8 @@ func TestReleaseToDeadLetter(t *testing.T) {
 func TestWorkerFail(t *testing.T) {
 	t.Parallel()
 	s := startFailures(t)
-	id := s.post("plain", "", `{}`)
-	s.claimHTTP("plain", "w1", 0)
-	if diff := cmp.Diff(map[string]any{"accepted": true}, s.call("plain", id, "fail", `{"worker":"w1","reason":{"why":"broken"}}`)); diff != "" {
-		t.Errorf("fail (-want +got):\n%s", diff)
-	}
+	id := s.claimed("plain")
+	wantReply(t, "fail", s.call("plain", id, "fail", `{"worker":"w1","reason":{"why":"broken"}}`), map[string]any{"accepted": true})
 	rec := s.record("plain", "done", id)
 	if rec["status"] != "failed" || rec["error"] != "failed" || rec["failure"].(map[string]any)["why"] != "broken" {
 		t.Errorf("record after fail: %v", rec)
@@ -323,8 +327,7 @@ func TestFailedEventCarriesError(t *testing.T) {
 func TestInvalidFailure(t *testing.T) {
 	t.Parallel()
 	s := startFailures(t)
-	id := s.post("retry", "", `{}`)
-	s.claimHTTP("retry", "w1", 0)
+	id := s.claimed("retry")
 	file := s.taskFile("retry", "processing", id)
 	before, err := os.ReadFile(file)
 	if err != nil {
@@ -365,8 +368,7 @@ func TestInvalidRequestParameters(t *testing.T) {
 			t.Errorf("post ?%s: %d %s", c.query, r.Status, r.Body)
 		}
 	}
-	id := s.post("plain", "", `{}`)
-	s.claimHTTP("plain", "w1", 0)
+	id := s.claimed("plain")
 	for _, body := range []string{`{"worker":"w1","delay":-1}`, `{"worker":"w1","delay":31536001}`} {
 		r := s.do("POST", "/plain/"+id+"/release", "", body)
 		if m := r.JSON(t); r.Status != http.StatusBadRequest || m["error"] != "invalid_request" {
