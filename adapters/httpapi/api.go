@@ -76,8 +76,11 @@ func New(svc *app.Service, config ports.Config, opt Options) *API {
 			r.HandleFunc("/work", only(http.MethodGet, a.work))
 			r.Get("/{id}", a.status)
 			r.Get("/{id}/watch", a.watch)
-			r.Post("/{id}/progress", a.progress)
-			r.Post("/{id}/result", a.result)
+			r.Post("/{id}/progress", a.onTask(progressCall))
+			r.Post("/{id}/result", a.onTask(resultCall))
+			r.Post("/{id}/heartbeat", a.onTask(heartbeatCall))
+			r.Post("/{id}/release", a.onTask(releaseCall))
+			r.Post("/{id}/fail", a.onTask(failCall))
 		})
 	})
 	a.router = r

@@ -38,7 +38,8 @@ type nopSync struct{}
 func (nopSync) Sync(context.Context) error { return nil }
 
 // newAPI builds the HTTP API in-process over the memory store, with one
-// host and a strict and a public queue.
+// host and a strict and a public queue, and a public one with retries and a
+// failure schema.
 func newAPI(tb testing.TB) (*httpapi.API, *index.Store) {
 	tb.Helper()
 	dir := tb.TempDir()
@@ -50,6 +51,9 @@ func newAPI(tb testing.TB) (*httpapi.API, *index.Store) {
 			"settings":{"maxItemBytes":2048},
 			"access":{"post":["alice"],"status":["alice"],"work":["box"]}}`,
 		"taskhoster-queues/open.json": `{"item":{},"access":{"post":"public","status":"public","work":"public"}}`,
+		"taskhoster-queues/retry.json": `{"item":{},"failure":{"type":"object"},
+			"settings":{"maxAttempts":2,"retryBaseSeconds":1},
+			"access":{"post":"public","status":"public","work":"public"}}`,
 	}
 	for name, content := range files {
 		path := filepath.Join(dir, testHost, name)
@@ -87,6 +91,16 @@ func FuzzRequest(f *testing.F) {
 		{"POST", "/open/0123456789abcdef/result", "", `{"worker":"w","result":{}}`},
 		{"POST", "/open/0123456789abcdef/progress", "", `{"progress":1e999}`},
 		{"GET", "/open/0123456789abcdef", "", ``},
+		{"POST", "/open?delay=1.5&priority=-3", "", `{}`},
+		{"POST", "/open?notBefore=1700000000000", "", `{}`},
+		{"POST", "/open?delay=1&notBefore=1", "", `{}`},
+		{"POST", "/open?delay=1e9&priority=99999999999999999999", "", `{}`},
+		{"POST", "/open/0123456789abcdef/heartbeat", "", `{"worker":"w"}`},
+		{"POST", "/open/0123456789abcdef/release", "", `{"worker":"w","delay":2,"reason":{"why":1}}`},
+		{"POST", "/open/0123456789abcdef/release", "", `{"delay":1e300}`},
+		{"POST", "/retry/0123456789abcdef/release", "", `{"reason":7}`},
+		{"POST", "/open/0123456789abcdef/fail", "", `{"reason":"broken"}`},
+		{"GET", "/open/0123456789abcdef/fail", "", ``},
 		{"GET", "/resize/..%2f..%2fetc", aliceToken, ``},
 		{"GET", "/", "", ``},
 		{"DELETE", "/open", "", ``},
@@ -97,7 +111,7 @@ func FuzzRequest(f *testing.F) {
 	}
 	api, repo := newAPI(f)
 	f.Fuzz(func(t *testing.T, method, path, token, body string) {
-		if !validMethod(method) || !strings.HasPrefix(path, "/") || strings.ContainsAny(path, " \r\n\t#?") {
+		if !validMethod(method) || !strings.HasPrefix(path, "/") || strings.ContainsAny(path, " \r\n\t#") {
 			t.Skip()
 		}
 		if _, err := url.ParseRequestURI(path); err != nil {
@@ -133,11 +147,12 @@ func validMethod(m string) bool {
 	return false
 }
 
-// total is every task of both queues, by state.
-func total(repo *index.Store) [2]ports.Counts {
-	return [2]ports.Counts{
+// total is every task of every queue, by state.
+func total(repo *index.Store) [3]ports.Counts {
+	return [3]ports.Counts{
 		repo.Counts(domain.QueueRef{Host: testHost, Queue: "resize"}),
 		repo.Counts(domain.QueueRef{Host: testHost, Queue: "open"}),
+		repo.Counts(domain.QueueRef{Host: testHost, Queue: "retry"}),
 	}
 }
 

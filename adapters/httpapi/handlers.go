@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -32,12 +31,17 @@ func (a *API) post(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
+	opts, err := postOptions(r.URL.Query())
+	if err != nil {
+		a.writeError(w, r, err)
+		return
+	}
 	body, err := readBody(w, r, q.Settings.MaxItemBytes)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
-	t, err := a.svc.Post(r.Context(), q, user, body, app.PostOptions{})
+	t, err := a.svc.Post(r.Context(), q, user, body, opts)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
@@ -66,13 +70,15 @@ func (a *API) queueInfo(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
+	schemas := map[string]json.RawMessage{"item": q.ItemRaw, "progress": q.ProgressRaw, "result": q.ResultRaw}
+	if q.FailureRaw != nil {
+		schemas["failure"] = q.FailureRaw // only when the queue file gives one (SPEC §11)
+	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"name":     q.Name,
 		"settings": q.Settings,
-		"schemas": map[string]json.RawMessage{
-			"item": q.ItemRaw, "progress": q.ProgressRaw, "result": q.ResultRaw,
-		},
-		"counts": countsView(a.svc.Counts(q)),
+		"schemas":  schemas,
+		"counts":   countsView(a.svc.Counts(q)),
 	})
 }
 
@@ -104,13 +110,10 @@ func (a *API) claim(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	var wait time.Duration
-	if req.Wait != nil {
-		if *req.Wait < 0 || *req.Wait > app.MaxWait.Seconds() {
-			a.writeError(w, r, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, "wait must be between 0 and %d seconds", int(app.MaxWait.Seconds())))
-			return
-		}
-		wait = time.Duration(*req.Wait * float64(time.Second))
+	wait, err := seconds("wait", req.Wait, int64(app.MaxWait.Seconds()))
+	if err != nil {
+		a.writeError(w, r, err)
+		return
 	}
 	t, err := a.svc.Claim(r.Context(), q, worker, req.Query, wait)
 	if errors.Is(err, domain.ErrNotFound) {
@@ -127,75 +130,6 @@ func (a *API) claim(w http.ResponseWriter, r *http.Request) {
 // ClaimView is what a worker is handed with a task (over HTTP and sockets).
 func ClaimView(t domain.Task) map[string]any {
 	return map[string]any{"id": t.ID, "item": t.Item, "attempts": t.Attempts, "lease": t.Lease}
-}
-
-type reportRequest struct {
-	Worker   *string         `json:"worker"`
-	Progress json.RawMessage `json:"progress"`
-	Result   json.RawMessage `json:"result"`
-}
-
-func (a *API) progress(w http.ResponseWriter, r *http.Request) {
-	a.report(w, r, "progress")
-}
-
-func (a *API) result(w http.ResponseWriter, r *http.Request) {
-	a.report(w, r, "result")
-}
-
-// report serves both progress and result: same envelope, same access.
-func (a *API) report(w http.ResponseWriter, r *http.Request, kind string) {
-	q := queueOf(r)
-	user, err := a.authorize(r, domain.ActionWork)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	var req reportRequest
-	if err := readJSON(w, r, q.Settings.MaxItemBytes+envelopeSlack, &req); err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	worker, err := workerName(req.Worker, user)
-	if err != nil {
-		a.writeError(w, r, err)
-		return
-	}
-	id := chi.URLParam(r, "id")
-	if !domain.ValidID(id) {
-		a.writeError(w, r, errNotFound)
-		return
-	}
-	var out app.Outcome
-	if kind == "progress" {
-		if req.Progress == nil {
-			a.writeError(w, r, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, `body needs a "progress" field`))
-			return
-		}
-		out, err = a.svc.Progress(r.Context(), q, id, worker, req.Progress)
-	} else {
-		if req.Result == nil {
-			a.writeError(w, r, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, `body needs a "result" field`))
-			return
-		}
-		out, err = a.svc.Result(r.Context(), q, id, worker, req.Result)
-	}
-	if err != nil {
-		a.writeError(w, r, notFoundAsTask(err))
-		return
-	}
-	writeJSON(w, http.StatusOK, OutcomeView(out))
-}
-
-// OutcomeView is the answer to a progress report or a result.
-func OutcomeView(out app.Outcome) map[string]any {
-	switch {
-	case !out.Accepted:
-		return map[string]any{"accepted": false, "status": out.Status}
-	case out.Lease != nil:
-		return map[string]any{"accepted": true, "lease": out.Lease}
-	}
-	return map[string]any{"accepted": true}
 }
 
 func (a *API) work(w http.ResponseWriter, r *http.Request) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -21,7 +22,8 @@ const envelopeSlack = 64 << 10
 // maxWorkerName bounds the worker name, as over HTTP.
 const maxWorkerName = 200
 
-// maxReports bounds the progress and result messages of one socket being
+// maxReports bounds the messages about tasks (progress, result, heartbeat,
+// release, fail) of one socket being
 // applied at once; beyond it the socket is not read until one is done.
 const maxReports = 256
 
@@ -81,7 +83,7 @@ type worker struct {
 	logger *zap.Logger
 
 	claims sync.WaitGroup // one per outstanding claim goroutine
-	lanes  lanes          // progress and result messages being applied
+	lanes  lanes          // messages about tasks being applied
 	slots  chan struct{}  // bounds the messages being applied at once
 
 	mu      sync.Mutex
@@ -98,6 +100,8 @@ type message struct {
 	Query    json.RawMessage `json:"query"`
 	Progress json.RawMessage `json:"progress"`
 	Result   json.RawMessage `json:"result"`
+	Delay    *float64        `json:"delay"`  // release
+	Reason   json.RawMessage `json:"reason"` // release, fail
 }
 
 // The replies. Ref is left out when the message had none.
@@ -114,8 +118,8 @@ type (
 		Type     string          `json:"type"`
 		Ref      json.RawMessage `json:"ref,omitempty"`
 		Accepted bool            `json:"accepted"`
-		Status   domain.Status   `json:"status,omitempty"` // why not, when refused
-		Lease    *domain.Lease   `json:"lease,omitempty"`  // the extended lease, after progress
+		Status   domain.Status   `json:"status,omitempty"` // why not, when refused; where it went, after release
+		Lease    *domain.Lease   `json:"lease,omitempty"`  // the extended lease, after progress or heartbeat
 	}
 	errorReply struct {
 		Type string          `json:"type"`
@@ -149,10 +153,10 @@ func (w *worker) handle(data []byte) {
 	switch m.Type {
 	case "claim":
 		w.claim(m)
-	case "progress", "result":
+	case "progress", "result", "heartbeat", "release", "fail":
 		w.report(m)
 	default:
-		w.fail(m.Ref, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, `unknown message type %q (claim, progress or result)`, m.Type))
+		w.fail(m.Ref, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, `unknown message type %q (claim, progress, result, heartbeat, release or fail)`, m.Type))
 	}
 }
 
@@ -214,10 +218,10 @@ func (w *worker) settle(t *domain.Task) {
 	}
 }
 
-// report applies a progress or result message. Messages about one task are
-// applied in the order they came (progress before the result that follows
-// it); messages about different tasks are applied side by side, so results
-// share flushes.
+// report applies a message about one task: progress, result, heartbeat,
+// release or fail. Messages about one task are applied in the order they
+// came (progress before the result that follows it); messages about
+// different tasks are applied side by side, so results share flushes.
 func (w *worker) report(m message) {
 	switch {
 	case m.ID == "":
@@ -231,6 +235,9 @@ func (w *worker) report(m message) {
 		return
 	case m.Type == "result" && m.Result == nil:
 		w.fail(m.Ref, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, `a result message needs a "result" field`))
+		return
+	case m.Type == "release" && m.Delay != nil && (*m.Delay < 0 || *m.Delay > domain.MaxDelaySeconds):
+		w.fail(m.Ref, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, `a release's "delay" must be a number of seconds from 0 to %d`, domain.MaxDelaySeconds))
 		return
 	}
 	// With every slot taken the reader waits here: a worker cannot pile up
@@ -246,31 +253,54 @@ func (w *worker) report(m message) {
 // worker did the work, and its result should count.
 func (w *worker) apply(m message) {
 	ctx := context.WithoutCancel(w.ctx)
-	var out app.Outcome
-	var err error
-	if m.Type == "progress" {
-		out, err = w.s.svc.Progress(ctx, w.q, m.ID, w.name, m.Progress)
-	} else {
-		out, err = w.s.svc.Result(ctx, w.q, m.ID, w.name, m.Result)
-	}
+	w.mu.Lock()
+	attempts, wasHeld := w.held[m.ID]
+	w.mu.Unlock()
+	out, err := w.call(ctx, m)
 	if err != nil {
 		w.fail(m.Ref, err)
 		return
 	}
-	// A task stops being held here once its result is in (accepted or
-	// refused), or once progress shows it is no longer processing under
-	// this socket's lease.
-	if m.Type == "result" || !out.Accepted {
+	// A task stops being held here once it left this worker's hands: its
+	// result or failure is in (accepted or refused), it was given back, or a
+	// progress report or heartbeat shows it is no longer processing under
+	// this socket's lease. Unless a claim of this socket took it again
+	// meanwhile (a task given back may come straight back), which holds it
+	// under another attempt.
+	if (m.Type != "progress" && m.Type != "heartbeat") || !out.Accepted {
 		w.mu.Lock()
-		delete(w.held, m.ID)
+		if now, ok := w.held[m.ID]; ok == wasHeld && now == attempts {
+			delete(w.held, m.ID)
+		}
 		w.mu.Unlock()
 	}
-	w.send(ackReply{Type: "ack", Ref: m.Ref, Accepted: out.Accepted, Status: refusedStatus(out), Lease: out.Lease})
+	w.send(ackReply{Type: "ack", Ref: m.Ref, Accepted: out.Accepted, Status: ackStatus(m.Type, out), Lease: out.Lease})
 }
 
-// refusedStatus is the status that explains a refusal; empty when accepted.
-func refusedStatus(out app.Outcome) domain.Status {
-	if out.Accepted {
+// call runs the use case of one report; report has checked its fields.
+func (w *worker) call(ctx context.Context, m message) (app.Outcome, error) {
+	switch m.Type {
+	case "progress":
+		return w.s.svc.Progress(ctx, w.q, m.ID, w.name, m.Progress)
+	case "result":
+		return w.s.svc.Result(ctx, w.q, m.ID, w.name, m.Result)
+	case "heartbeat":
+		return w.s.svc.Heartbeat(ctx, w.q, m.ID, w.name)
+	case "release":
+		var delay time.Duration
+		if m.Delay != nil {
+			delay = time.Duration(*m.Delay * float64(time.Second))
+		}
+		return w.s.svc.Release(ctx, w.q, m.ID, w.name, delay, m.Reason)
+	default: // "fail"
+		return w.s.svc.Fail(ctx, w.q, m.ID, w.name, m.Reason)
+	}
+}
+
+// ackStatus is the status an ack carries, as over HTTP: the one that
+// explains a refusal, or the one a release went to; none otherwise.
+func ackStatus(kind string, out app.Outcome) domain.Status {
+	if out.Accepted && kind != "release" {
 		return ""
 	}
 	return out.Status
