@@ -17,6 +17,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -70,16 +71,26 @@ func New(server string, opts ...Option) *Client {
 // View is what a producer sees of a task (SPEC §3, "the status view").
 // Times are Unix milliseconds.
 type View struct {
-	ID         string          `json:"id"`
-	Queue      string          `json:"queue"`
-	Status     string          `json:"status"` // pending, processing, finished or failed
-	Attempts   int             `json:"attempts"`
-	Progress   json.RawMessage `json:"progress"` // the last accepted progress, or null
-	Result     json.RawMessage `json:"result"`   // the result once finished, or null
-	Error      *string         `json:"error"`    // "timeout" when the queue timeout failed it
-	PostedAt   int64           `json:"postedAt"`
-	UpdatedAt  int64           `json:"updatedAt"`
-	FinishedAt *int64          `json:"finishedAt"`
+	ID       string          `json:"id"`
+	Queue    string          `json:"queue"`
+	Status   string          `json:"status"` // pending, processing, finished or failed
+	Attempts int             `json:"attempts"`
+	Progress json.RawMessage `json:"progress"` // the last accepted progress, or null
+	Result   json.RawMessage `json:"result"`   // the result once finished, or null
+	// Error is the code a failed task ended with: "timeout" (the queue
+	// timeout), "attempts" (it came back after its last allowed attempt),
+	// "failed" (a worker failed it), "cancelled", "corrupt".
+	Error      *string `json:"error"`
+	PostedAt   int64   `json:"postedAt"`
+	UpdatedAt  int64   `json:"updatedAt"`
+	FinishedAt *int64  `json:"finishedAt"`
+	// NotBefore, when set, is when the task becomes claimable: from a
+	// delayed post, or the backoff after it came back.
+	NotBefore *int64 `json:"notBefore,omitempty"`
+	// Priority is the post's priority; 0 (the default) is left out.
+	Priority int `json:"priority,omitempty"`
+	// Failure is the reason of the last give-back or of a worker's failure.
+	Failure json.RawMessage `json:"failure,omitempty"`
 }
 
 // Terminal reports whether the task is finished or failed: nothing changes
@@ -92,25 +103,65 @@ type Lease struct {
 	Until  int64  `json:"until"`
 }
 
-// Ack is the server's answer to a progress report or a result.
+// Ack is the server's answer to a progress report, a heartbeat, a result,
+// a give-back or a failure.
 type Ack struct {
 	// Accepted is false when the report came too late: the task is terminal
-	// (a result), or no longer processing under this worker (progress).
+	// (a result, a failure), or no longer processing under this worker
+	// (progress, heartbeat, release).
 	Accepted bool `json:"accepted"`
-	// Status is the task's status when not accepted.
+	// Status is the task's status when not accepted; for an accepted
+	// release, the status it went to: "pending", or "failed" after its
+	// last allowed attempt (error "attempts").
 	Status string `json:"status,omitempty"`
-	// Lease is the extended lease after accepted progress.
+	// Lease is the extended lease after accepted progress or a heartbeat.
 	Lease *Lease `json:"lease,omitempty"`
+}
+
+// PostOption asks more of a post than its item (SPEC §11).
+type PostOption func(url.Values)
+
+// Delay makes the task claimable only d after the server took it
+// (sent in seconds, to the millisecond; 0 to 365 days).
+func Delay(d time.Duration) PostOption {
+	return func(v url.Values) { v.Set("delay", seconds(d)) }
+}
+
+// NotBefore makes the task claimable only from t on (sent as Unix
+// milliseconds; the server's clock decides). Give Delay or NotBefore,
+// not both.
+func NotBefore(t time.Time) PostOption {
+	return func(v url.Values) { v.Set("notBefore", strconv.FormatInt(t.UnixMilli(), 10)) }
+}
+
+// Priority sets the task's priority, -1000 to 1000 (default 0): claims
+// take the highest priority first, then the oldest.
+func Priority(n int) PostOption {
+	return func(v url.Values) { v.Set("priority", strconv.Itoa(n)) }
+}
+
+// seconds writes d as a number of seconds, to the millisecond.
+func seconds(d time.Duration) string {
+	return strconv.FormatFloat(float64(d.Round(time.Millisecond).Milliseconds())/1000, 'f', -1, 64)
 }
 
 // Post posts item (encoded with encoding/json; pass a json.RawMessage to
 // send JSON text as is) to queue and returns the new task's id. It returns
-// once the server has stored the task durably.
-func (c *Client) Post(ctx context.Context, queue string, item any) (string, error) {
+// once the server has stored the task durably. Options delay it or give it
+// a priority; a bad option is the server's 400 invalid_request.
+func (c *Client) Post(ctx context.Context, queue string, item any, opts ...PostOption) (string, error) {
 	var created struct {
 		ID string `json:"id"`
 	}
-	if err := c.call(ctx, http.MethodPost, "/"+url.PathEscape(queue), item, &created); err != nil {
+	path := "/" + url.PathEscape(queue)
+	if len(opts) > 0 {
+		q := url.Values{}
+		for _, opt := range opts {
+			opt(q)
+		}
+		path += "?" + q.Encode()
+	}
+	if err := c.call(ctx, http.MethodPost, path, item, &created); err != nil {
 		return "", fmt.Errorf("post to %s: %w", queue, err)
 	}
 	return created.ID, nil
@@ -177,12 +228,57 @@ func (c *Client) Result(ctx context.Context, queue, id, worker string, result an
 	return c.report(ctx, queue, id, "result", worker, result)
 }
 
+// Heartbeat extends the lease worker holds on task id to now + the queue's
+// leaseSeconds, without a progress record. Ack.Accepted is false when
+// worker does not hold the lease (any more), with the task's status.
+func (c *Client) Heartbeat(ctx context.Context, queue, id, worker string) (Ack, error) {
+	return c.send(ctx, queue, id, "heartbeat", worker, map[string]any{})
+}
+
+// Release gives task id back, at the request of worker, which must hold
+// its lease: it is pending again, claimable after the larger of delay and
+// the queue's retry backoff, or, after its last allowed attempt, failed
+// with error "attempts" (Ack.Status says which). reason (any JSON value, or
+// nil for none; checked against the queue's failure schema) is kept in the
+// task's failure field.
+func (c *Client) Release(ctx context.Context, queue, id, worker string, delay time.Duration, reason any) (Ack, error) {
+	body := map[string]any{}
+	if delay > 0 {
+		body["delay"] = json.Number(seconds(delay))
+	}
+	return c.withReason(ctx, queue, id, "release", worker, body, reason)
+}
+
+// Fail ends task id for good: failed with error "failed" and reason (any
+// JSON value, or nil for none) as its failure. Like a result it is accepted
+// whenever the task is not yet finished or failed, whoever holds the lease;
+// the first of a result and a failure wins.
+func (c *Client) Fail(ctx context.Context, queue, id, worker string, reason any) (Ack, error) {
+	return c.withReason(ctx, queue, id, "fail", worker, map[string]any{}, reason)
+}
+
+func (c *Client) withReason(ctx context.Context, queue, id, kind, worker string, body map[string]any, reason any) (Ack, error) {
+	if reason != nil {
+		raw, err := marshal(reason)
+		if err != nil {
+			return Ack{}, fmt.Errorf("%s of %s/%s: reason: %w", kind, queue, id, err)
+		}
+		body["reason"] = raw
+	}
+	return c.send(ctx, queue, id, kind, worker, body)
+}
+
 func (c *Client) report(ctx context.Context, queue, id, kind, worker string, value any) (Ack, error) {
 	raw, err := marshal(value)
 	if err != nil {
 		return Ack{}, fmt.Errorf("%s of %s/%s: %w", kind, queue, id, err)
 	}
-	body := map[string]any{kind: raw}
+	return c.send(ctx, queue, id, kind, worker, map[string]any{kind: raw})
+}
+
+// send posts body, with the worker's name added, to the task's kind path
+// and decodes the Ack.
+func (c *Client) send(ctx context.Context, queue, id, kind, worker string, body map[string]any) (Ack, error) {
 	if worker != "" {
 		body["worker"] = worker
 	}

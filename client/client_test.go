@@ -21,13 +21,13 @@ type answer struct {
 	status int
 	body   string
 
-	method, path, host, auth, contentType string
-	sent                                  []byte
+	method, path, query, host, auth, contentType string
+	sent                                         []byte
 }
 
 func (a *answer) server(t *testing.T) *httptest.Server {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a.method, a.path, a.host = r.Method, r.URL.Path, r.Host
+		a.method, a.path, a.query, a.host = r.Method, r.URL.Path, r.URL.RawQuery, r.Host
 		a.auth, a.contentType = r.Header.Get("Authorization"), r.Header.Get("Content-Type")
 		a.sent, _ = io.ReadAll(r.Body)
 		w.WriteHeader(a.status)

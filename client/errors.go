@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // Error is a failure the server explained: the HTTP status and the body
@@ -77,3 +78,33 @@ func decodeError(resp *http.Response) *Error {
 	e.Message = line
 	return e
 }
+
+// Release is an error a Handler returns to give its task back (SPEC §11):
+// the Worker sends a release instead of a result, and the task is pending
+// again, claimable after the larger of Delay and the queue's retry backoff,
+// or failed with error "attempts" after its last allowed attempt. Reason
+// (any JSON value; nil for none) is kept in the task's failure field.
+//
+//	return nil, client.Release{Delay: time.Minute, Reason: map[string]string{"why": "rate limited"}}
+type Release struct {
+	Delay  time.Duration
+	Reason any
+}
+
+func (r Release) Error() string {
+	if r.Delay > 0 {
+		return fmt.Sprintf("give the task back for %v", r.Delay)
+	}
+	return "give the task back"
+}
+
+// Failure is an error a Handler returns to fail its task for good: the
+// Worker sends a failure instead of a result, and the task ends failed with
+// error "failed" and Reason (any JSON value; nil for none) as its failure.
+//
+//	return nil, client.Failure{Reason: map[string]string{"why": "no such image"}}
+type Failure struct {
+	Reason any
+}
+
+func (Failure) Error() string { return "fail the task" }

@@ -7,13 +7,16 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
 )
 
 // fakeQueue is a worker socket server for one queue, just faithful enough
-// to SPEC §4 to test the Worker without the real server: claims wait for
-// tasks, results are acked (the first wins), and the tasks leased on a
+// to SPEC §4 and §11 to test the Worker without the real server: claims
+// wait for tasks, results and failures are acked (the first wins),
+// heartbeats extend the lease of its holder, a release puts the task back
+// to pending (or fails it after maxAttempts), and the tasks leased on a
 // socket go back to pending when it closes.
 type fakeQueue struct {
 	t   *testing.T
@@ -32,6 +35,26 @@ type fakeQueue struct {
 	lastName string             // the ?worker= of the last dial
 	lastAuth string             // the Authorization header of the last dial
 	lastHost string
+
+	lease       time.Duration // the lease handed out; 60 s unless set before add
+	maxAttempts int           // 0: unlimited
+	refuseBeats bool          // answer heartbeats accepted false
+	attempts    map[string]int
+	beats       map[string]int             // accepted heartbeats per task
+	releases    map[string][]fakeMsg       // the release messages per task
+	failures    map[string]json.RawMessage // the reason of each failed task
+	deadLetters map[string]bool            // failed after maxAttempts
+}
+
+// fakeMsg is every client message the fake understands.
+type fakeMsg struct {
+	Type     string          `json:"type"`
+	Ref      json.RawMessage `json:"ref"`
+	ID       string          `json:"id"`
+	Progress json.RawMessage `json:"progress"`
+	Result   json.RawMessage `json:"result"`
+	Delay    json.RawMessage `json:"delay"`
+	Reason   json.RawMessage `json:"reason"`
 }
 
 type fakeTask struct {
@@ -65,7 +88,9 @@ func startFakeQueue(t *testing.T, tls bool) *fakeQueue {
 	f := &fakeQueue{
 		t: t, leased: map[string]*fakeConn{}, items: map[string]fakeTask{},
 		results: map[string]json.RawMessage{}, conns: map[*fakeConn]bool{},
-		finished: make(chan string, 1000),
+		finished: make(chan string, 1000), lease: time.Minute,
+		attempts: map[string]int{}, beats: map[string]int{}, releases: map[string][]fakeMsg{},
+		failures: map[string]json.RawMessage{}, deadLetters: map[string]bool{},
 	}
 	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
 	if tls {
@@ -103,8 +128,9 @@ func (f *fakeQueue) dispatch() {
 		task, cl := f.pending[0], f.claims[0]
 		f.pending, f.claims = f.pending[1:], f.claims[1:]
 		f.leased[task.id] = cl.c
+		f.attempts[task.id]++
 		cl.c.send(map[string]any{"type": "task", "ref": cl.ref, "id": task.id, "item": task.item,
-			"attempts": 1, "lease": map[string]any{"worker": "w", "until": 0}})
+			"attempts": f.attempts[task.id], "lease": f.newLease()})
 	}
 }
 
@@ -115,6 +141,23 @@ func (f *fakeQueue) dropAll() {
 	for c := range f.conns {
 		c.ws.NetConn().Close()
 	}
+}
+
+func (f *fakeQueue) newLease() map[string]any {
+	return map[string]any{"worker": "w", "until": time.Now().Add(f.lease).UnixMilli()}
+}
+
+// ended reports whether task id is finished or failed. Call with f.mu held.
+func (f *fakeQueue) ended(id string) bool {
+	_, finished := f.results[id]
+	_, failed := f.failures[id]
+	return finished || failed
+}
+
+func (f *fakeQueue) beatCount(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.beats[id]
 }
 
 func (f *fakeQueue) dialCount() int {
@@ -158,40 +201,64 @@ func (f *fakeQueue) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Unlock()
 	defer f.hangUp(c)
 	for {
-		var m struct {
-			Type     string          `json:"type"`
-			Ref      json.RawMessage `json:"ref"`
-			ID       string          `json:"id"`
-			Progress json.RawMessage `json:"progress"`
-			Result   json.RawMessage `json:"result"`
-		}
+		var m fakeMsg
 		if err := ws.ReadJSON(&m); err != nil {
 			return
 		}
-		f.handle(c, m.Type, m.Ref, m.ID, m.Result)
+		f.handle(c, m)
 	}
 }
 
-func (f *fakeQueue) handle(c *fakeConn, typ string, ref json.RawMessage, id string, result json.RawMessage) {
+func (f *fakeQueue) handle(c *fakeConn, m fakeMsg) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	switch typ {
+	ref, id := m.Ref, m.ID
+	switch m.Type {
 	case "claim":
 		f.claims = append(f.claims, fakeClaim{c, ref})
 		f.dispatch()
 	case "progress":
 		c.send(map[string]any{"type": "ack", "ref": ref, "accepted": f.leased[id] == c})
-	case "result":
-		_, done := f.results[id]
+	case "heartbeat":
+		if f.leased[id] != c || f.refuseBeats {
+			c.send(map[string]any{"type": "ack", "ref": ref, "accepted": false, "status": "pending"})
+			return
+		}
+		f.beats[id]++
+		c.send(map[string]any{"type": "ack", "ref": ref, "accepted": true, "lease": f.newLease()})
+	case "release":
+		if f.leased[id] != c {
+			c.send(map[string]any{"type": "ack", "ref": ref, "accepted": false, "status": "pending"})
+			return
+		}
+		delete(f.leased, id)
+		f.releases[id] = append(f.releases[id], m)
+		status := "pending"
+		if f.maxAttempts > 0 && f.attempts[id] >= f.maxAttempts {
+			status = "failed"
+			f.failures[id] = m.Reason
+			f.deadLetters[id] = true
+			f.finished <- id
+		} else {
+			f.pending = append(f.pending, f.items[id])
+			f.dispatch()
+		}
+		c.send(map[string]any{"type": "ack", "ref": ref, "accepted": true, "status": status})
+	case "result", "fail":
+		done := f.ended(id)
 		if !done {
-			f.results[id] = result
+			if m.Type == "result" {
+				f.results[id] = m.Result
+			} else {
+				f.failures[id] = m.Reason
+			}
 			delete(f.leased, id)
 			f.removePending(id)
 			f.finished <- id
 		}
 		c.send(map[string]any{"type": "ack", "ref": ref, "accepted": !done})
 	default:
-		c.send(map[string]any{"type": "error", "ref": ref, "error": "invalid_message", "message": "unknown type " + typ})
+		c.send(map[string]any{"type": "error", "ref": ref, "error": "invalid_message", "message": "unknown type " + m.Type})
 	}
 }
 

@@ -39,6 +39,8 @@ type message struct {
 	Query    json.RawMessage `json:"query,omitempty"`
 	Progress json.RawMessage `json:"progress,omitempty"`
 	Result   json.RawMessage `json:"result,omitempty"`
+	Delay    json.Number     `json:"delay,omitempty"`  // release: seconds
+	Reason   json.RawMessage `json:"reason,omitempty"` // release, fail
 	// The server's replies.
 	Item     json.RawMessage `json:"item,omitempty"`
 	Attempts int             `json:"attempts,omitempty"`

@@ -22,6 +22,7 @@ type Task struct {
 
 type reporter interface {
 	progress(ctx context.Context, id string, value json.RawMessage) (Ack, error)
+	heartbeat(ctx context.Context, id string) (Ack, error)
 }
 
 // Progress reports v (encoded with encoding/json) as the task's progress,
@@ -41,6 +42,17 @@ func (t *Task) Progress(ctx context.Context, v any) (accepted bool, err error) {
 	return ack.Accepted, err
 }
 
+// Heartbeat extends the lease without a progress record. accepted is false
+// when the lease is gone, as for Progress. A Worker sends heartbeats on its
+// own while a handler runs; this is for tasks claimed over HTTP.
+func (t *Task) Heartbeat(ctx context.Context) (accepted bool, err error) {
+	if t.report == nil {
+		return false, fmt.Errorf("heartbeat of %s/%s: the task was not claimed through this package", t.Queue, t.ID)
+	}
+	ack, err := t.report.heartbeat(ctx, t.ID)
+	return ack.Accepted, err
+}
+
 // httpReporter reports progress of a task claimed over HTTP.
 type httpReporter struct {
 	c             *Client
@@ -49,4 +61,8 @@ type httpReporter struct {
 
 func (r httpReporter) progress(ctx context.Context, id string, value json.RawMessage) (Ack, error) {
 	return r.c.Progress(ctx, r.queue, id, r.worker, value)
+}
+
+func (r httpReporter) heartbeat(ctx context.Context, id string) (Ack, error) {
+	return r.c.Heartbeat(ctx, r.queue, id, r.worker)
 }

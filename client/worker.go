@@ -14,15 +14,24 @@ import (
 )
 
 // Handler does one task and returns its result, which the Worker hands in.
+// While it runs, the Worker keeps the task's lease alive with heartbeats
+// (one every third of the lease), so a long task needs neither progress
+// reports nor a long leaseSeconds.
 //
-// A handler that returns an error hands in nothing: the task stays leased
-// to this worker until its lease lapses (the queue's leaseSeconds after the
-// claim or the last accepted progress), then goes back to pending and is
-// retried, by this or another worker. That is the right answer to a passing
-// trouble (a full disc, a remote service down). To give up on a task for
-// good, return a result that says so instead, such as
-// {"error": "no such image"}, and let the queue's result schema allow it:
-// Taskhoster has no "failed by the worker" state.
+// A handler ends a task in one of these ways:
+//   - it returns a result (nil error): the Worker hands it in;
+//   - it returns a Release error (client.Release{Delay, Reason}): the Worker
+//     gives the task back; it is retried after the delay and the queue's
+//     backoff, or becomes a dead letter (failed, "attempts") once the
+//     queue's maxAttempts are used up. The answer to a passing trouble (a
+//     full disc, a remote service down);
+//   - it returns a Failure error (client.Failure{Reason}): the Worker fails
+//     the task for good (error "failed", the reason kept). The answer to a
+//     task that can never succeed (no such image);
+//   - it returns any other error: the Worker hands in nothing and stops the
+//     heartbeats, so the task goes back to pending when its lease lapses.
+//
+// Release and Failure may be wrapped (fmt.Errorf with %w) or pointers.
 //
 // ctx ends when the Worker is stopped hard (Run's context ends); Drain
 // lets handlers finish.
@@ -55,15 +64,15 @@ type Worker struct {
 	// returns; it never claims more than that.
 	Limit int
 
-	// OnDone, if set, is told how each task ended: err is the handler's
-	// error (nothing was handed in) or the error from handing in the result
-	// (a *Error with code "invalid_result" when the queue's result schema
-	// refused it); accepted is whether the server took the result (false:
-	// it had a result already, or the task failed by timeout). When OnDone
-	// is nil, the Worker logs these outcomes to Logger.
+	// OnOutcome, if set, is told how each task ended: what was handed in,
+	// the server's answer, and how long the handler ran.
+	OnOutcome func(Outcome)
+	// OnDone, if set, is told how each task ended, in short: err is
+	// Outcome.Err and accepted is Outcome.Ack.Accepted. When neither
+	// OnOutcome nor OnDone is set, the Worker logs outcomes to Logger.
 	OnDone func(t *Task, accepted bool, err error)
-	// Logger receives connection trouble and, without OnDone, task
-	// outcomes. nil discards them.
+	// Logger receives connection trouble and, without OnOutcome and
+	// OnDone, task outcomes. nil discards them.
 	Logger *slog.Logger
 	// MinBackoff and MaxBackoff bound the wait between reconnection
 	// attempts: 250 ms and 30 s by default.
@@ -72,6 +81,26 @@ type Worker struct {
 	init   sync.Once
 	drain  chan struct{} // closed by Drain
 	drainW sync.Once
+}
+
+// Outcome is how one task ended for a Worker.
+type Outcome struct {
+	Task *Task
+	// Sent is what the Worker handed in: "result", "release" or "fail"; ""
+	// when it handed in nothing (Err says why).
+	Sent string
+	// Ack is the server's answer to it. Accepted false: the task was
+	// already finished or failed (a result, a failure), or no longer
+	// leased to this worker (a release). For an accepted release, Status
+	// is "pending", or "failed" when that was its last allowed attempt.
+	Ack Ack
+	// Err is the handler's error (other than Release and Failure), or the
+	// error from handing in: a *Error with code "invalid_result" or
+	// "invalid_failure" when the queue's schema refused the result or the
+	// reason, or ctx's error when the worker stopped hard.
+	Err error
+	// Took is how long the handler ran.
+	Took time.Duration
 }
 
 // maxConcurrency is the server's limit of open claims per socket.
@@ -231,59 +260,176 @@ func (r *run) claim() (*Task, bool) {
 	}
 }
 
-// handle runs the handler and hands in its result.
+// handle runs the handler, with heartbeats, and hands in what it returned.
 func (r *run) handle(t *Task) {
 	if r.ctx.Err() != nil {
 		return // stopped hard as the task arrived: the server re-queues it
 	}
+	started := time.Now()
+	stop := r.beat(t)
 	result, err := r.w.Handler(r.ctx, t)
+	stop()
+	o := Outcome{Task: t, Took: time.Since(started)}
+	m, err := handIn(t.ID, result, err)
 	if err != nil {
-		r.done(t, false, fmt.Errorf("handler: %w", err))
-		return
+		o.Err = err
+	} else {
+		o.Sent = m.Type
+		o.Ack, o.Err = r.send(m)
+	}
+	r.done(o)
+}
+
+// handIn is the message that hands in what a handler returned, or the
+// error that stops anything being handed in.
+func handIn(id string, result any, err error) (message, error) {
+	if rel, ok := asRelease(err); ok {
+		m := message{Type: "release", ID: id}
+		if rel.Delay > 0 {
+			m.Delay = json.Number(seconds(rel.Delay))
+		}
+		return withReason(m, rel.Reason)
+	}
+	if f, ok := asFailure(err); ok {
+		return withReason(message{Type: "fail", ID: id}, f.Reason)
+	}
+	if err != nil {
+		return message{}, fmt.Errorf("handler: %w", err)
 	}
 	raw, err := marshal(result)
 	if err != nil {
-		r.done(t, false, fmt.Errorf("result: %w", err))
-		return
+		return message{}, fmt.Errorf("result: %w", err)
 	}
-	accepted, err := r.result(t.ID, raw)
-	r.done(t, accepted, err)
+	return message{Type: "result", ID: id, Result: raw}, nil
 }
 
-// result hands in a result over the current socket, waiting for the next
-// one if it drops first. (If it drops after the server stored the result
-// but before the ack, the retry is answered accepted false.)
-func (r *run) result(id string, raw json.RawMessage) (bool, error) {
+func withReason(m message, reason any) (message, error) {
+	if reason == nil {
+		return m, nil
+	}
+	raw, err := marshal(reason)
+	if err != nil {
+		return message{}, fmt.Errorf("%s reason: %w", m.Type, err)
+	}
+	m.Reason = raw
+	return m, nil
+}
+
+// asRelease and asFailure find a Release or Failure, or a pointer to one,
+// in err's chain.
+func asRelease(err error) (Release, bool) {
+	var v Release
+	var p *Release
+	switch {
+	case errors.As(err, &v):
+		return v, true
+	case errors.As(err, &p) && p != nil:
+		return *p, true
+	}
+	return v, false
+}
+
+func asFailure(err error) (Failure, bool) {
+	var v Failure
+	var p *Failure
+	switch {
+	case errors.As(err, &v):
+		return v, true
+	case errors.As(err, &p) && p != nil:
+		return *p, true
+	}
+	return v, false
+}
+
+// send hands in a result, release or failure over the current socket,
+// waiting for the next one if it drops first. (If it drops after the
+// server stored it but before the ack, the retry is answered accepted
+// false; a release on a new socket is, too: the drop re-queued the task.)
+func (r *run) send(m message) (Ack, error) {
 	for {
 		s := r.link.wait(r.ctx, nil)
 		if s == nil {
-			return false, fmt.Errorf("hand in the result: %w", r.ctx.Err())
+			return Ack{}, fmt.Errorf("hand in the %s: %w", m.Type, r.ctx.Err())
 		}
-		reply, err := s.request(r.ctx, message{Type: "result", ID: id, Result: raw}, nil)
+		reply, err := s.request(r.ctx, m, nil)
 		switch {
 		case errors.Is(err, errSessionClosed):
 			continue
 		case err != nil:
-			return false, fmt.Errorf("hand in the result: %w", err)
+			return Ack{}, fmt.Errorf("hand in the %s: %w", m.Type, err)
 		}
-		return reply.Accepted, nil
+		return reply.ack(), nil
 	}
+}
+
+// minBeat bounds how often heartbeats go out, whatever the lease says.
+const minBeat = 100 * time.Millisecond
+
+// beatEvery is a third of the lease that runs until until (Unix ms), as
+// seen at now; a second when the clocks disagree so much that it seems
+// over already. (A third leaves the other two for a slow network and for
+// the clocks of worker and server to differ.)
+func beatEvery(until int64, now time.Time) time.Duration {
+	left := time.UnixMilli(until).Sub(now)
+	if left <= 0 {
+		return time.Second
+	}
+	return max(left/3, minBeat)
+}
+
+// beat keeps t's lease alive while its handler runs, until the returned
+// function is called: a heartbeat every third of the lease, over the
+// socket t was claimed on. It stops early when a heartbeat is refused
+// (the lease is gone: it lapsed, or someone finished or failed the task)
+// or that socket closed (the server re-queued the task).
+func (r *run) beat(t *Task) (stop func()) {
+	ctx, cancel := context.WithCancel(r.ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		every := beatEvery(t.Lease.Until, time.Now())
+		for sleep(ctx, every) {
+			ack, err := t.report.heartbeat(ctx, t.ID)
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				r.log.Warn("heartbeat failed; no more for this task", "task", t.ID, "error", err)
+				return
+			case !ack.Accepted:
+				r.log.Info("heartbeat not accepted: the lease is gone", "task", t.ID, "status", ack.Status)
+				return
+			case ack.Lease != nil:
+				every = beatEvery(ack.Lease.Until, time.Now())
+			}
+		}
+	})
+	return func() { cancel(); wg.Wait() }
 }
 
 func (m message) ack() Ack { return Ack{Accepted: m.Accepted, Status: m.Status, Lease: m.Lease} }
 
-func (r *run) done(t *Task, accepted bool, err error) {
+func (r *run) done(o Outcome) {
+	if r.w.OnOutcome != nil {
+		r.w.OnOutcome(o)
+	}
 	if r.w.OnDone != nil {
-		r.w.OnDone(t, accepted, err)
+		r.w.OnDone(o.Task, o.Ack.Accepted, o.Err)
+	}
+	if r.w.OnOutcome != nil || r.w.OnDone != nil {
 		return
 	}
+	t := o.Task
 	switch {
-	case r.ctx.Err() != nil && err != nil:
+	case r.ctx.Err() != nil && o.Err != nil:
 		r.log.Info("task abandoned as the worker stopped; the server re-queues it", "task", t.ID)
-	case err != nil:
-		r.log.Error("task not finished; it goes back to the queue when its lease lapses", "task", t.ID, "error", err)
-	case !accepted:
-		r.log.Info("result not accepted: the task was already finished or failed", "task", t.ID)
+	case o.Err != nil:
+		r.log.Error("task not finished; it goes back to the queue when its lease lapses", "task", t.ID, "error", o.Err)
+	case !o.Ack.Accepted:
+		r.log.Info(o.Sent+" not accepted", "task", t.ID, "status", o.Ack.Status)
+	case o.Sent == "release":
+		r.log.Info("task given back", "task", t.ID, "status", o.Ack.Status)
+	case o.Sent == "fail":
+		r.log.Info("task failed", "task", t.ID)
 	}
 }
 
@@ -423,6 +569,17 @@ func (r socketReporter) progress(ctx context.Context, id string, value json.RawM
 	}
 	if err != nil {
 		return Ack{}, fmt.Errorf("progress of %s: %w", id, err)
+	}
+	return reply.ack(), nil
+}
+
+func (r socketReporter) heartbeat(ctx context.Context, id string) (Ack, error) {
+	reply, err := r.s.request(ctx, message{Type: "heartbeat", ID: id}, nil)
+	if errors.Is(err, errSessionClosed) {
+		return Ack{}, nil // as for progress: the lease went with the socket
+	}
+	if err != nil {
+		return Ack{}, fmt.Errorf("heartbeat of %s: %w", id, err)
 	}
 	return reply.ack(), nil
 }

@@ -38,8 +38,9 @@ func (f *connFlags) client() *client.Client {
 func clientFlags(name, synopsis string, stderr io.Writer) (*flag.FlagSet, *connFlags) {
 	fs := newFlags(name, stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: taskhoster %s\n\nFlags (also TASKHOSTER_<FLAG> in the environment):\n", synopsis)
+		fmt.Fprintf(stderr, "Usage: taskhoster %s\n\nFlags:\n", synopsis)
 		fs.PrintDefaults()
+		printEnv(fs, stderr)
 	}
 	return fs, addConnFlags(fs)
 }

@@ -13,7 +13,20 @@ import (
 func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("taskhoster "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage of %s:\n", fs.Name())
+		fs.PrintDefaults()
+		printEnv(fs, stderr)
+	}
 	return fs
+}
+
+// printEnv lists the environment variable of every flag of fs.
+func printEnv(fs *flag.FlagSet, w io.Writer) {
+	fmt.Fprint(w, "\nEnvironment (a flag wins):\n")
+	fs.VisitAll(func(f *flag.Flag) {
+		fmt.Fprintf(w, "  %-26s --%s\n", envName(f.Name), f.Name)
+	})
 }
 
 // parse parses args, then fills every flag not given on the command line
@@ -30,7 +43,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 		if given[f.Name] || err != nil {
 			return
 		}
-		env := "TASKHOSTER_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		env := envName(f.Name)
 		if v, ok := os.LookupEnv(env); ok {
 			if e := f.Value.Set(v); e != nil {
 				err = fmt.Errorf("%s=%q: %w", env, v, e)
@@ -38,4 +51,9 @@ func parse(fs *flag.FlagSet, args []string) error {
 		}
 	})
 	return err
+}
+
+// envName is the environment variable of flag name: TASKHOSTER_<NAME>.
+func envName(name string) string {
+	return "TASKHOSTER_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }

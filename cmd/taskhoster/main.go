@@ -17,11 +17,18 @@ Usage:
 
 As a client (each takes --server URL, --host NAME, --token T, or
 TASKHOSTER_SERVER, TASKHOSTER_HOST, TASKHOSTER_TOKEN):
-  taskhoster post QUEUE [ITEM]     post ITEM (JSON; stdin when - or absent), print the id
+  taskhoster post QUEUE [ITEM] [--delay S | --not-before MS] [--priority N]
+                                   post ITEM (JSON; stdin when - or absent), print the id
   taskhoster status QUEUE ID       print the task's status view as JSON
   taskhoster watch QUEUE ID        print each status view as a JSON line until it ends
-  taskhoster work QUEUE --exec CMD [--concurrency N] [--query JSON] [--worker NAME] [--once]
-                                   run CMD (sh -c) per task: item on stdin, result on stdout
+  taskhoster work QUEUE --exec CMD [--concurrency N] [--query JSON] [--worker NAME]
+                  [--on-error release|fail|result] [--once]
+                                   run CMD (sh -c) per task until interrupted: item on
+                                   stdin, result on stdout; a failing CMD gives the task back
+  taskhoster release QUEUE ID [--delay S] [--reason JSON] [--worker NAME]
+                                   give a leased task back to the queue
+  taskhoster fail QUEUE ID [--reason JSON] [--worker NAME]
+                                   fail a task for good (error "failed")
   taskhoster logs pull|serve       mirror the event log locally and browse it (see logs -h)
 `
 
@@ -51,6 +58,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return watch(rest, stdout, stderr)
 	case "work":
 		return work(rest, stderr)
+	case "release":
+		return release(rest, stdout, stderr)
+	case "fail":
+		return failCmd(rest, stdout, stderr)
 	case "logs":
 		return logsCmd(rest, stdout, stderr)
 	case "-h", "-help", "--help", "help":

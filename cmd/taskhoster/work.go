@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -19,21 +20,39 @@ import (
 	"github.com/taskhoster/taskhoster/client"
 )
 
-const workSynopsis = `work QUEUE --exec CMD [--concurrency N] [--query JSON] [--worker NAME] [--once] [flags]
+const workSynopsis = `work QUEUE --exec CMD [--concurrency N] [--query JSON] [--worker NAME]
+                [--on-error release|fail|result] [--once] [flags]
 
-Works QUEUE over the worker socket. For each task it runs CMD through sh -c
-with the item, one line of JSON, on stdin, and hands in CMD's stdout, parsed
-as JSON, as the result. If CMD exits non-zero or its stdout is not JSON, it
-hands in {"error": {"exitCode": N, "stderr": "<the last 4 KiB>"}} instead
-(exitCode 0: the stdout was the problem); if the queue's result schema
-refuses that, it says so and the task goes back to the queue. CMD also gets
-TASKHOSTER_TASK_ID, TASKHOSTER_QUEUE and TASKHOSTER_ATTEMPTS.
+Works QUEUE over the worker socket until interrupted (SIGINT or SIGTERM), or
+for one task with --once. For each task it runs CMD through sh -c with the
+item, one line of JSON, on stdin, and hands in CMD's stdout, parsed as JSON,
+as the result. CMD also gets TASKHOSTER_TASK_ID, TASKHOSTER_QUEUE and
+TASKHOSTER_ATTEMPTS. While CMD runs, the worker sends heartbeats (every
+third of the lease), so a long task keeps its lease.
 
-It runs until SIGINT or SIGTERM: it then stops claiming, lets running tasks
-finish and exits 0; a second signal kills them (the server re-queues them).`
+If CMD exits non-zero or its stdout is not JSON (exitCode 0 then), the
+reason {"exitCode": N, "stderr": "<its last 4 KiB>", "stdout": "<its last
+4 KiB>"} goes to the server as --on-error says:
+  release  (the default) give the task back: it is retried after the
+           queue's backoff, and fails with error "attempts" once the
+           queue's maxAttempts are used up;
+  fail     fail it for good (error "failed", the reason kept);
+  result   hand in {"error": {"exitCode": N, "stderr": "..."}} as the
+           result, as older versions did.
+If the queue's schema refuses that, it says so and the task goes back to the
+queue when its lease lapses.
 
-// stderrTail is how much of a failed command's stderr the error result keeps.
-const stderrTail = 4 << 10
+One line per task on stderr: its id, the outcome (finished, released,
+failed, refused or abandoned) and how long CMD ran. With --once it exits 1
+when it could not hand anything in (a schema refused it, the server could
+not be reached, it was stopped).
+
+On the first SIGINT or SIGTERM it stops claiming, lets running tasks finish
+and exits 0; a second signal kills them (the server re-queues them).`
+
+// outputTail is how much of a failed command's stderr and stdout the
+// reason (and the error result) keeps.
+const outputTail = 4 << 10
 
 // maxStdout bounds a command's stdout held in memory; the server refuses
 // results over the queue's maxItemBytes (1 MiB by default) anyway.
@@ -47,6 +66,7 @@ func work(args []string, stderr io.Writer) int {
 	query := fs.String("query", "", "a JSON Schema the items must match (default: any item)")
 	name := fs.String("worker", "", "the worker `name` on leases (default: the user's name)")
 	once := fs.Bool("once", false, "handle one task, then exit")
+	onError := fs.String("on-error", "release", "what a failed command does to its task: `release`, fail or result")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return flagError(fs, stderr, err)
@@ -60,17 +80,20 @@ func work(args []string, stderr io.Writer) int {
 		return badUsage(fs, stderr, "--concurrency must be 1 to 256, not %d", *concurrency)
 	case *query != "" && !json.Valid([]byte(*query)):
 		return badUsage(fs, stderr, "--query is not valid JSON")
+	case *onError != "release" && *onError != "fail" && *onError != "result":
+		return badUsage(fs, stderr, "--on-error must be release, fail or result, not %q", *onError)
 	}
 
 	out := &lockedWriter{w: stderr} // handlers and the worker write at once
-	r := &reporter{out: out}
+	h := &execHandler{command: *command, onError: *onError, stderr: out}
+	r := &reporter{out: out, notes: h}
 	w := &client.Worker{
 		Client:      conn.client(),
 		Queue:       pos[0],
 		Name:        *name,
 		Concurrency: *concurrency,
-		Handler:     execHandler{command: *command, stderr: out}.handle,
-		OnDone:      r.done,
+		Handler:     h.handle,
+		OnOutcome:   r.done,
 		Logger: slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{
 			ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 				if a.Key == slog.TimeKey {
@@ -128,33 +151,68 @@ func stopOnSignals(w *client.Worker, abort func(), out io.Writer, stopped <-chan
 	}
 }
 
-// reporter tells the operator about every task that did not end with an
-// accepted result, and remembers whether any did not.
+// reporter writes one line per task, and remembers whether the server did
+// not take what was handed in for any of them.
 type reporter struct {
-	out io.Writer
-	mu  sync.Mutex
-	bad bool
+	out   io.Writer
+	notes *execHandler
+	mu    sync.Mutex
+	bad   bool
 }
 
-func (r *reporter) done(t *client.Task, accepted bool, err error) {
+func (r *reporter) done(o client.Outcome) {
+	id := o.Task.ID
+	note := r.notes.take(id)
+	outcome, bad := outcomeOf(o)
+	var why []string
+	if note != "" {
+		why = append(why, note)
+	}
 	var refused *client.Error
 	switch {
-	case errors.As(err, &refused) && refused.Code == "invalid_result":
-		fail(r.out, "work", fmt.Errorf("task %s: the queue's result schema refused the result; "+
-			"the task goes back to the queue when its lease lapses or this worker disconnects: %w", t.ID, err))
-	case errors.Is(err, context.Canceled):
-		fmt.Fprintf(r.out, "taskhoster work: task %s: abandoned; the server re-queues it as this worker disconnects\n", t.ID)
-	case err != nil:
-		fail(r.out, "work", fmt.Errorf("task %s: no result handed in; the task goes back to the queue when its lease lapses: %w", t.ID, err))
-	case !accepted:
-		fmt.Fprintf(r.out, "taskhoster work: task %s: result not accepted: the task was already finished or failed\n", t.ID)
-		return
-	default:
-		return
+	case errors.As(o.Err, &refused) && (refused.Code == "invalid_result" || refused.Code == "invalid_failure"):
+		what := map[string]string{"invalid_result": "result", "invalid_failure": "reason"}[refused.Code]
+		why = append(why, fmt.Sprintf("the queue's %s schema refused the %s; the task goes back to the queue "+
+			"when its lease lapses or this worker disconnects: %v", what, what, o.Err))
+	case errors.Is(o.Err, context.Canceled):
+		why = append(why, "the server re-queues it as this worker disconnects")
+	case o.Err != nil:
+		why = append(why, fmt.Sprintf("nothing handed in; the task goes back to the queue when its lease lapses: %v", o.Err))
+	case !o.Ack.Accepted:
+		why = append(why, fmt.Sprintf("%s not accepted: the task is %s", o.Sent, o.Ack.Status))
+	case o.Sent == "release" && o.Ack.Status == "failed":
+		why = append(why, `its last allowed attempt: error "attempts"`)
 	}
-	r.mu.Lock()
-	r.bad = true
-	r.mu.Unlock()
+	line := fmt.Sprintf("taskhoster work: task %s %s in %v", id, outcome, o.Took.Round(time.Millisecond))
+	if len(why) > 0 {
+		line += " (" + strings.Join(why, "; ") + ")"
+	}
+	fmt.Fprintln(r.out, line)
+	if bad {
+		r.mu.Lock()
+		r.bad = true
+		r.mu.Unlock()
+	}
+}
+
+// outcomeOf names how a task ended, and whether that was a failure of the
+// worker (nothing handed in, or refused) rather than of the command.
+func outcomeOf(o client.Outcome) (string, bool) {
+	switch {
+	case errors.Is(o.Err, context.Canceled):
+		return "abandoned", true
+	case o.Err != nil:
+		return "refused", true
+	case !o.Ack.Accepted:
+		// Someone else finished or failed it first, or its lease lapsed:
+		// nothing to fix here.
+		return "refused", false
+	case o.Sent == "release" && o.Ack.Status == "failed", o.Sent == "fail":
+		return "failed", false
+	case o.Sent == "release":
+		return "released", false
+	}
+	return "finished", false
 }
 
 func (r *reporter) failed() bool {
@@ -166,10 +224,19 @@ func (r *reporter) failed() bool {
 // execHandler runs the --exec command for one task.
 type execHandler struct {
 	command string
+	onError string // release, fail or result
 	stderr  io.Writer
+	notes   sync.Map // task id -> what the reporter should add to its line
 }
 
-func (h execHandler) handle(ctx context.Context, t *client.Task) (any, error) {
+// take returns and forgets the note on task id.
+func (h *execHandler) take(id string) string {
+	note, _ := h.notes.LoadAndDelete(id)
+	s, _ := note.(string)
+	return s
+}
+
+func (h *execHandler) handle(ctx context.Context, t *client.Task) (any, error) {
 	// One line of compact JSON, newline-terminated, so `read item` works.
 	var in bytes.Buffer
 	if err := json.Compact(&in, t.Item); err != nil {
@@ -179,11 +246,11 @@ func (h execHandler) handle(ctx context.Context, t *client.Task) (any, error) {
 	in.WriteByte('\n')
 
 	stdout := &cappedBuffer{max: maxStdout}
-	tail := &tailBuffer{max: stderrTail}
+	outTail, errTail := &tailBuffer{max: outputTail}, &tailBuffer{max: outputTail}
 	cmd := exec.CommandContext(ctx, "sh", "-c", h.command)
 	cmd.Stdin = &in
-	cmd.Stdout = stdout
-	cmd.Stderr = io.MultiWriter(tail, h.stderr) // the operator sees it too
+	cmd.Stdout = io.MultiWriter(stdout, outTail)
+	cmd.Stderr = io.MultiWriter(errTail, h.stderr) // the operator sees it too
 	cmd.Env = append(os.Environ(),
 		"TASKHOSTER_TASK_ID="+t.ID, "TASKHOSTER_QUEUE="+t.Queue, "TASKHOSTER_ATTEMPTS="+strconv.Itoa(t.Attempts))
 	// A child that keeps stdout open after the command exits must not hold
@@ -199,26 +266,42 @@ func (h execHandler) handle(ctx context.Context, t *client.Task) (any, error) {
 	switch {
 	case errors.As(err, &exit):
 		code := exitCode(exit)
-		fmt.Fprintf(h.stderr, "taskhoster work: task %s: the command exited %d; handing in an error result\n", t.ID, code)
-		return errorResult(code, tail), nil
+		h.notes.Store(t.ID, fmt.Sprintf("the command exited %d", code))
+		return h.onFailure(code, errTail, outTail)
 	case err != nil:
 		// sh itself could not run: a fault of this machine, not of the
 		// task, so hand in nothing and let the task be retried.
 		return nil, fmt.Errorf("run the command: %w", err)
 	case stdout.over || !json.Valid(stdout.Bytes()):
-		fmt.Fprintf(h.stderr, "taskhoster work: task %s: the command's stdout is not JSON; handing in an error result\n", t.ID)
-		return errorResult(0, tail), nil
+		h.notes.Store(t.ID, "the command's stdout is not JSON")
+		return h.onFailure(0, errTail, outTail)
 	}
 	return json.RawMessage(bytes.TrimSpace(stdout.Bytes())), nil
 }
 
-// errorResult is the in-band result of a command that failed.
-func errorResult(code int, stderr *tailBuffer) any {
-	type failure struct {
-		ExitCode int    `json:"exitCode"`
-		Stderr   string `json:"stderr"`
+// commandFailure is the reason given with a failed command's task.
+type commandFailure struct {
+	ExitCode int    `json:"exitCode"`
+	Stderr   string `json:"stderr"`
+	Stdout   string `json:"stdout"`
+}
+
+// onFailure is what the handler returns for a failed command, as
+// --on-error says.
+func (h *execHandler) onFailure(code int, stderr, stdout *tailBuffer) (any, error) {
+	reason := commandFailure{ExitCode: code, Stderr: stderr.String(), Stdout: stdout.String()}
+	switch h.onError {
+	case "fail":
+		return nil, client.Failure{Reason: reason}
+	case "result":
+		// The in-band result of older versions, exactly: no stdout.
+		type failure struct {
+			ExitCode int    `json:"exitCode"`
+			Stderr   string `json:"stderr"`
+		}
+		return map[string]failure{"error": {ExitCode: code, Stderr: reason.Stderr}}, nil
 	}
-	return map[string]failure{"error": {ExitCode: code, Stderr: stderr.String()}}
+	return nil, client.Release{Reason: reason}
 }
 
 // cappedBuffer keeps the first max bytes written and notes any more. It

@@ -305,10 +305,10 @@ func TestCLIWorkOnce(t *testing.T) {
 	}
 }
 
-// TestCLIWorkFailingCommand: a command that exits 3 hands in an in-band
-// error result where the result schema allows it; where it does not, the
-// worker says so naming the task, exits non-zero (--once), and the task
-// goes back to pending.
+// TestCLIWorkFailingCommand: with --on-error result, a command that exits
+// 3 hands in an in-band error result where the result schema allows it, as
+// older versions did; where it does not, the worker says so naming the
+// task, exits non-zero (--once), and the task goes back to pending.
 func TestCLIWorkFailingCommand(t *testing.T) {
 	t.Parallel()
 	d := newDirs(t)
@@ -317,8 +317,8 @@ func TestCLIWorkFailingCommand(t *testing.T) {
 	failing := `cat >/dev/null; echo "it broke" >&2; exit 3`
 
 	id := s.post("bulk", "", `{"n":1}`)
-	r := s.cli("", "work", "bulk", "--once", "--exec", failing)
-	if r.code != 0 || !strings.Contains(r.stderr, "task "+id+": the command exited 3") {
+	r := s.cli("", "work", "bulk", "--once", "--on-error", "result", "--exec", failing)
+	if r.code != 0 || !strings.Contains(r.stderr, "task "+id+" finished in ") || !strings.Contains(r.stderr, "the command exited 3") {
 		t.Fatalf("work on bulk: exit %d, stderr %s", r.code, r.stderr)
 	}
 	v := s.view("bulk", "", id)
@@ -328,7 +328,7 @@ func TestCLIWorkFailingCommand(t *testing.T) {
 
 	// Exit 0 but not JSON on stdout: an error result with exitCode 0.
 	id = s.post("bulk", "", `{"n":2}`)
-	if r := s.cli("", "work", "bulk", "--once", "--exec", "echo not json"); r.code != 0 {
+	if r := s.cli("", "work", "bulk", "--once", "--on-error", "result", "--exec", "echo not json"); r.code != 0 {
 		t.Fatalf("work with non-JSON stdout: exit %d, stderr %s", r.code, r.stderr)
 	}
 	if v := s.view("bulk", "", id); jsonOf(v["result"]) != `{"error":{"exitCode":0,"stderr":""}}` {
@@ -336,7 +336,7 @@ func TestCLIWorkFailingCommand(t *testing.T) {
 	}
 
 	id = s.post("strict", "", `{"n":3}`)
-	r = s.cli("", "work", "strict", "--once", "--exec", failing)
+	r = s.cli("", "work", "strict", "--once", "--on-error", "result", "--exec", failing)
 	if r.code == 0 {
 		t.Errorf("work on strict: exit 0 although the result was refused")
 	}
