@@ -1,0 +1,170 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/taskhoster/taskhoster/adapters/schema"
+	"github.com/taskhoster/taskhoster/app"
+	"github.com/taskhoster/taskhoster/domain"
+)
+
+func ptrTo[T any](v T) *T { return &v }
+
+func TestPostOptionsAreChecked(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	bad := []app.PostOptions{
+		{DelaySeconds: ptrTo(-1.0)},
+		{DelaySeconds: ptrTo(31536001.0)},
+		{DelaySeconds: ptrTo(5.0), NotBefore: ptrTo(int64(1))},
+		{NotBefore: ptrTo(int64(-5))},
+		{NotBefore: ptrTo(f.clock.Now().Add(366 * 24 * time.Hour).UnixMilli())},
+		{Priority: ptrTo(1001)},
+		{Priority: ptrTo(-1001)},
+	}
+	for _, o := range bad {
+		_, err := f.svc.Post(context.Background(), f.q, "alice", []byte(`{"url":"a"}`), o)
+		var e *domain.Error
+		if !errors.As(err, &e) || e.Code != domain.CodeInvalidRequest {
+			t.Errorf("Post with %+v = %v, want invalid_request", o, err)
+		}
+	}
+	if n := f.repo.Counts(f.q.Ref()); n.Pending != 0 {
+		t.Errorf("refused posts stored %d tasks", n.Pending)
+	}
+	task, err := f.svc.Post(context.Background(), f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{DelaySeconds: ptrTo(2.5), Priority: ptrTo(9)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.NotBefore == nil || *task.NotBefore != f.clock.Now().Add(2500*time.Millisecond).UnixMilli() || task.Priority != 9 {
+		t.Errorf("posted %+v", task)
+	}
+}
+
+// A delayed task is not handed out before its time; once the fake clock
+// reaches it, the queue's timer makes it claimable and wakes a waiting
+// claim, without anyone polling.
+func TestDelayedTaskWakesAWaitingClaim(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	ctx := context.Background()
+	task, err := f.svc.Post(ctx, f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{DelaySeconds: ptrTo(30.0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Claim(ctx, f.q, "w", nil, 0); !errors.Is(err, domain.ErrNotFound) {
+		t.Fatalf("claim before its time = %v, want none", err)
+	}
+	got := make(chan domain.Task, 1)
+	go func() {
+		claimed, err := f.svc.Claim(ctx, f.q, "w", nil, time.Minute)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- claimed
+	}()
+	f.clock.Advance(29 * time.Second)
+	select {
+	case c := <-got:
+		t.Fatalf("claimed %s a second early", c.ID)
+	case <-time.After(50 * time.Millisecond):
+	}
+	f.clock.Advance(time.Second)
+	select {
+	case c := <-got:
+		if c.ID != task.ID {
+			t.Errorf("claimed %s, want %s", c.ID, task.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting claim was not woken when the delay ran out")
+	}
+}
+
+func TestReleaseFailAndHeartbeat(t *testing.T) {
+	s := domain.DefaultSettings()
+	s.MaxAttempts = 2
+	s.RetryBaseSeconds = 10
+	f := newFixture(t, s)
+	ctx := context.Background()
+	task := f.post(t, `{"url":"a"}`)
+	f.claim(t, "w")
+	if f.sync.count() != 2 {
+		t.Errorf("a claim on a queue with maxAttempts flushed %d times in all, want post + claim = 2", f.sync.count())
+	}
+
+	hb, err := f.svc.Heartbeat(ctx, f.q, task.ID, "w")
+	if err != nil || !hb.Accepted || hb.Lease == nil {
+		t.Fatalf("heartbeat = %+v, %v", hb, err)
+	}
+	if out, _ := f.svc.Heartbeat(ctx, f.q, task.ID, "other"); out.Accepted || out.Status != domain.Processing {
+		t.Errorf("another worker's heartbeat = %+v", out)
+	}
+
+	out, err := f.svc.Release(ctx, f.q, task.ID, "w", 0, []byte(`{"why":"busy"}`))
+	if err != nil || !out.Accepted || out.Status != domain.Pending {
+		t.Fatalf("release = %+v, %v", out, err)
+	}
+	stored, _ := f.repo.Get(ctx, domain.KeyOf(task))
+	if stored.NotBefore == nil || *stored.NotBefore < f.clock.Now().Add(5*time.Second).UnixMilli() || string(stored.Failure) != `{"why":"busy"}` {
+		t.Errorf("released task = %+v, want a backoff of 5-10 s and the reason kept", stored)
+	}
+	f.clock.Advance(10 * time.Second)
+	f.claim(t, "w")
+	out, err = f.svc.Release(ctx, f.q, task.ID, "w", 0, nil)
+	if err != nil || !out.Accepted || out.Status != domain.Failed {
+		t.Fatalf("the last release = %+v, %v; want a dead letter", out, err)
+	}
+	stored, _ = f.repo.Get(ctx, domain.KeyOf(task))
+	if *stored.Error != domain.AttemptsError || stored.Attempts != 2 || string(stored.Item) != `{"url":"a"}` || string(stored.Failure) != `{"why":"busy"}` {
+		t.Errorf("dead letter = %+v", stored)
+	}
+	want := []domain.EventKind{domain.EventPosted, domain.EventClaimed, domain.EventReleased, domain.EventClaimed, domain.EventFailed}
+	if diff := cmp.Diff(want, f.log.Kinds(task.ID)); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+
+	// Fail: the first of a result or a failure wins, and it is durable.
+	other := f.post(t, `{"url":"b"}`)
+	before := f.sync.count()
+	out, err = f.svc.Fail(ctx, f.q, other.ID, "w", []byte(`"no such image"`))
+	if err != nil || !out.Accepted || f.sync.count() != before+1 {
+		t.Fatalf("fail = %+v, %v (flushes %d → %d)", out, err, before, f.sync.count())
+	}
+	if res, _ := f.svc.Result(ctx, f.q, other.ID, "w", []byte(`{}`)); res.Accepted || res.Status != domain.Failed {
+		t.Errorf("a result after the failure = %+v", res)
+	}
+}
+
+func TestAFailureReasonIsCheckedAgainstItsSchema(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	reasons, err := schemaOf(`{"type":"object","required":["code"]}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.q.Failure = reasons
+	task := f.post(t, `{"url":"a"}`)
+	f.claim(t, "w")
+	for name, call := range map[string]func() (app.Outcome, error){
+		"release": func() (app.Outcome, error) {
+			return f.svc.Release(context.Background(), f.q, task.ID, "w", 0, []byte(`{"nope":1}`))
+		},
+		"fail": func() (app.Outcome, error) {
+			return f.svc.Fail(context.Background(), f.q, task.ID, "w", []byte(`"text"`))
+		},
+	} {
+		_, err := call()
+		var e *domain.Error
+		if !errors.As(err, &e) || e.Code != domain.CodeInvalidFailure || len(e.Details) == 0 {
+			t.Errorf("%s with a bad reason = %v, want invalid_failure with details", name, err)
+		}
+	}
+	if stored, _ := f.repo.Get(context.Background(), domain.KeyOf(task)); stored.Status != domain.Processing {
+		t.Errorf("a refused reason changed the task to %s", stored.Status)
+	}
+}
+
+func schemaOf(text string) (domain.Schema, error) { return schema.Compile(json.RawMessage(text)) }
