@@ -149,7 +149,12 @@ func BenchmarkClaimDepth(b *testing.B) {
 // garbage collector, and reports the ratio of their median claim times
 // (issue 6: at most 1.3).
 func BenchmarkClaimDepthRatio(b *testing.B) {
-	shallow, deep := newDepthRig(b, 100), newDepthRig(b, 1_000_000)
+	depthRatio(b, newDepthRig(b, 100), newDepthRig(b, 1_000_000))
+}
+
+// depthRatio times alternate rounds of shallow and deep and reports their
+// median claim times and the ratio.
+func depthRatio(b *testing.B, shallow, deep *depthRig) {
 	runtime.GC()
 	var tookShallow, tookDeep []time.Duration
 	for b.Loop() {
@@ -239,17 +244,7 @@ func newMixedDepthRig(b *testing.B, depth int) *depthRig {
 // BenchmarkClaimDepthRatioMixed is BenchmarkClaimDepthRatio with
 // priorities and delayed tasks in the backlog (issue 12: at most 1.3).
 func BenchmarkClaimDepthRatioMixed(b *testing.B) {
-	shallow, deep := newMixedDepthRig(b, 100), newMixedDepthRig(b, 1_000_000)
-	runtime.GC()
-	var tookShallow, tookDeep []time.Duration
-	for b.Loop() {
-		tookShallow = append(tookShallow, shallow.round(b))
-		tookDeep = append(tookDeep, deep.round(b))
-	}
-	s, d := p50(tookShallow), p50(tookDeep)
-	b.ReportMetric(s, "p50-100-ns")
-	b.ReportMetric(d, "p50-1M-ns")
-	b.ReportMetric(d/s, "ratio")
+	depthRatio(b, newMixedDepthRig(b, 100), newMixedDepthRig(b, 1_000_000))
 }
 
 // BenchmarkScanWhileBusy times posts and claims with a query the queue
