@@ -78,6 +78,9 @@ func (s *Service) Claim(ctx context.Context, q *domain.Queue, worker string, que
 }
 
 func (s *Service) claimNow(ctx context.Context, q *domain.Queue, worker string, m ports.Matcher) (domain.Task, error) {
+	if s.Paused(q) {
+		return domain.Task{}, domain.ErrNotFound // a paused queue hands nothing out
+	}
 	var ev domain.Event
 	now := s.clock.Now()
 	t, err := s.repo.ClaimNext(ctx, q.Ref(), m, now, func(t *domain.Task) error {

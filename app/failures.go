@@ -16,6 +16,7 @@ type PostOptions struct {
 	DelaySeconds *float64
 	NotBefore    *int64
 	Priority     *int
+	Key          string // an idempotency key (SPEC §12); "" for none
 }
 
 // resolve checks o and turns it into the domain's options at now.
@@ -36,6 +37,12 @@ func (o PostOptions) resolve(now time.Time) (domain.PostOptions, error) {
 			return p, invalidRequest("notBefore must be Unix milliseconds no more than %d s from now", domain.MaxDelaySeconds)
 		}
 		p.NotBefore = o.NotBefore
+	}
+	if o.Key != "" {
+		if !domain.ValidKey(o.Key) {
+			return p, invalidRequest("an Idempotency-Key is 1 to %d visible ASCII characters", domain.MaxKeyLength)
+		}
+		p.Key = o.Key
 	}
 	if o.Priority != nil {
 		if *o.Priority < -domain.MaxPriority || *o.Priority > domain.MaxPriority {

@@ -35,8 +35,9 @@ type Deps struct {
 	Notifier ports.Notifier
 	Clock    ports.Clock
 	Compiler ports.SchemaCompiler
-	Observer Observer    // optional
-	Logger   *zap.Logger // optional
+	Pauses   ports.Pauses // optional: without it no queue can be paused
+	Observer Observer     // optional
+	Logger   *zap.Logger  // optional
 	// MaxWaiting bounds the claims waiting for work at once, over HTTP and
 	// sockets together (each costs a goroutine and a timer). Default 50 000.
 	MaxWaiting int
@@ -52,6 +53,7 @@ type Service struct {
 	log      ports.EventLog
 	notifier ports.Notifier
 	clock    ports.Clock
+	pauses   ports.Pauses
 	observer Observer
 	logger   *zap.Logger
 	queries  *queryCache
@@ -82,7 +84,7 @@ func New(d Deps) *Service {
 	return &Service{
 		maxWaiting: int64(d.MaxWaiting),
 		repo:       d.Repo, syncer: d.Syncer, log: d.Log, notifier: d.Notifier,
-		clock: d.Clock, observer: d.Observer, logger: d.Logger,
+		clock: d.Clock, pauses: d.Pauses, observer: d.Observer, logger: d.Logger,
 		queries: newQueryCache(d.Compiler, 512),
 		drained: drained, drain: drain,
 		delays: delays{timers: make(map[domain.QueueRef]*alarm)},

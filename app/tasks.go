@@ -12,9 +12,16 @@ import (
 	"github.com/taskhoster/taskhoster/ports"
 )
 
+// ErrPostedBefore comes with the task a post returns when an earlier post
+// with the same idempotency key made it: the caller answers 200 with it
+// rather than 201. It is not a failure.
+var ErrPostedBefore = errors.New("posted before with this idempotency key")
+
 // Post validates item against the queue's item schema and stores it as a new
-// pending task, delayed or prioritised as opts say. It returns once the
-// task is durable.
+// pending task, delayed, prioritised and keyed as opts say. It returns once
+// the task is durable. With an idempotency key that a kept task of the
+// queue holds, it makes nothing and returns that task with ErrPostedBefore,
+// or 409 idempotency_conflict if that task's item is another.
 func (s *Service) Post(ctx context.Context, q *domain.Queue, user string, item []byte, opts PostOptions) (domain.Task, error) {
 	item, err := payload(q, q.Item, item, domain.CodeInvalidItem)
 	if err != nil {
@@ -24,6 +31,96 @@ func (s *Service) Post(ctx context.Context, q *domain.Queue, user string, item [
 	if err != nil {
 		return domain.Task{}, err
 	}
+	for {
+		t, err := s.create(ctx, q, user, item, posting)
+		if !errors.Is(err, domain.ErrKeyTaken) {
+			if err != nil {
+				return domain.Task{}, err
+			}
+			if err := s.syncer.Sync(ctx); err != nil {
+				return domain.Task{}, fmt.Errorf("post %s: %w", t.ID, err)
+			}
+			return t, nil
+		}
+		first, err := s.repo.ByKey(ctx, q.Ref(), posting.Key)
+		if errors.Is(err, domain.ErrNotFound) {
+			continue // deleted since: the key is free again
+		}
+		if err != nil {
+			return domain.Task{}, fmt.Errorf("post to %s/%s: %w", q.Host, q.Name, err)
+		}
+		if !bytes.Equal(first.Item, item) {
+			return domain.Task{}, domain.E(domain.KindConflict, domain.CodeIdempotencyConflict,
+				"task %s was posted with this idempotency key and another item", first.ID)
+		}
+		// The first post may still be on its way to the disc: answer only
+		// once it is there, as its own post does.
+		if err := s.syncer.Sync(ctx); err != nil {
+			return domain.Task{}, fmt.Errorf("post %s: %w", first.ID, err)
+		}
+		return first, ErrPostedBefore
+	}
+}
+
+// PostBatch posts every item of items, or none: each is checked against the
+// queue's schema first (422 naming the index of each bad item). The tasks
+// are made durable by one flush and returned in order. A batch takes no
+// idempotency key.
+func (s *Service) PostBatch(ctx context.Context, q *domain.Queue, user string, items [][]byte, opts PostOptions) ([]domain.Task, error) {
+	if len(items) < 1 || len(items) > MaxBatch {
+		return nil, invalidRequest("a batch has 1 to %d items", MaxBatch)
+	}
+	if opts.Key != "" {
+		return nil, invalidRequest("a batch takes no Idempotency-Key")
+	}
+	posting, err := opts.resolve(s.clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	docs := make([]json.RawMessage, len(items))
+	var bad []domain.Violation
+	for i, raw := range items {
+		doc, err := payload(q, q.Item, raw, domain.CodeInvalidItem)
+		var e *domain.Error
+		switch {
+		case errors.As(err, &e) && e.Kind == domain.KindSchema:
+			for _, v := range e.Details {
+				bad = append(bad, domain.Violation{Path: fmt.Sprintf("/items/%d%s", i, v.Path), Message: v.Message})
+			}
+		case errors.As(err, &e):
+			return nil, domain.E(e.Kind, e.Code, "item %d: %s", i, e.Message)
+		case err != nil:
+			return nil, err
+		}
+		docs[i] = doc
+	}
+	if len(bad) > 0 {
+		return nil, &domain.Error{Kind: domain.KindSchema, Code: domain.CodeInvalidItem, Message: "items do not match the queue's schema; none was posted", Details: bad}
+	}
+	tasks := make([]domain.Task, 0, len(docs))
+	for _, doc := range docs {
+		t, err := s.create(ctx, q, user, doc, posting)
+		if err != nil {
+			// Take back what this batch stored: all or nothing.
+			for _, done := range tasks {
+				_ = s.repo.Delete(ctx, domain.KeyOf(done), nil, nil)
+			}
+			return nil, err
+		}
+		tasks = append(tasks, t)
+	}
+	if err := s.syncer.Sync(ctx); err != nil {
+		return nil, fmt.Errorf("post a batch to %s/%s: %w", q.Host, q.Name, err)
+	}
+	return tasks, nil
+}
+
+// MaxBatch is the most items one batch post takes (SPEC §12).
+const MaxBatch = 1000
+
+// create stores one new task of item (already checked) and logs its post.
+// It does not flush.
+func (s *Service) create(ctx context.Context, q *domain.Queue, user string, item json.RawMessage, posting domain.PostOptions) (domain.Task, error) {
 	var t domain.Task
 	var ev domain.Event
 	stored := false
@@ -38,24 +135,21 @@ func (s *Service) Post(ctx context.Context, q *domain.Queue, user string, item [
 			stored = true
 			return record(t)
 		})
-		if err == nil {
-			break
-		}
-		if stored {
+		switch {
+		case err == nil:
+			return t, nil
+		case stored:
 			// Unlogged, the post is not acknowledged; take the task back so
 			// the client's retry does not leave a twin behind.
 			_ = s.repo.Delete(ctx, domain.KeyOf(t), nil, nil)
 			return domain.Task{}, err
-		}
-		// 2^64 ids make a collision all but impossible; if one happens, draw again.
-		if !errors.Is(err, domain.ErrExists) {
+		case errors.Is(err, domain.ErrKeyTaken):
+			return domain.Task{}, err
+		case !errors.Is(err, domain.ErrExists):
 			return domain.Task{}, fmt.Errorf("post to %s/%s: %w", q.Host, q.Name, err)
 		}
+		// 2^64 ids make a collision all but impossible; if one happens, draw again.
 	}
-	if err := s.syncer.Sync(ctx); err != nil {
-		return domain.Task{}, fmt.Errorf("post %s: %w", t.ID, err)
-	}
-	return t, nil
 }
 
 // Status returns the producer's view of a task. The first read of a terminal

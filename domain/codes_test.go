@@ -17,8 +17,6 @@ import (
 // no code uses them, and they are defined so that the feature, when it comes,
 // uses the SPEC's word.
 var specOnly = map[string]bool{
-	"CodeNotFailed":           true, // §12: 409 not_failed
-	"CodeIdempotencyConflict": true, // §12: 409 idempotency_conflict
 }
 
 // codeConsts parses codes.go: every constant of type Code, name to value.

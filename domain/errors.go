@@ -102,6 +102,11 @@ var (
 	// ErrNotYet: a pending task whose notBefore has not come cannot be
 	// claimed.
 	ErrNotYet = &Error{Kind: KindConflict, Code: CodeNotYet, Message: "task is not claimable yet"}
+	// ErrNotFailed: only a failed task can be retried.
+	ErrNotFailed = &Error{Kind: KindConflict, Code: CodeNotFailed, Message: "task is not failed"}
+	// ErrKeyTaken: another task of the queue holds the new task's
+	// idempotency key.
+	ErrKeyTaken = &Error{Kind: KindConflict, Code: CodeIdempotencyConflict, Message: "another task holds this idempotency key"}
 	// ErrNotFound: no such task.
 	ErrNotFound = &Error{Kind: KindNotFound, Code: CodeNotFound, Message: "no such task"}
 	// ErrExists: a new task's id is already taken in its queue. Ids are drawn

@@ -18,7 +18,9 @@ const (
 	EventRequeue  EventKind = "requeue"
 	EventFetched  EventKind = "fetched"
 	EventCleaned  EventKind = "cleaned"
-	EventReleased EventKind = "released" // given back by its worker
+	EventReleased  EventKind = "released"  // given back by its worker
+	EventCancelled EventKind = "cancelled" // cancelled by a user (SPEC §12)
+	EventRetried   EventKind = "retried"   // a failed task put back to pending (SPEC §12)
 )
 
 // Event is what one transition caused: its kind, the worker involved (if
@@ -43,6 +45,24 @@ const (
 type PostOptions struct {
 	NotBefore *int64 // not claimable before this (Unix ms); nil: at once
 	Priority  int    // claims take higher priorities first
+	Key       string // an idempotency key (SPEC §12); "" for none
+}
+
+// MaxKeyLength is the longest idempotency key (SPEC §12).
+const MaxKeyLength = 200
+
+// ValidKey reports whether k may be an idempotency key: 1 to 200 visible
+// ASCII characters.
+func ValidKey(k string) bool {
+	if len(k) == 0 || len(k) > MaxKeyLength {
+		return false
+	}
+	for i := range len(k) {
+		if k[i] < 0x21 || k[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // Limits of PostOptions (SPEC §11).
@@ -66,6 +86,7 @@ func Post(id, host, queue string, item json.RawMessage, postedBy string, now tim
 			t.NotBefore = ptr(*o.NotBefore)
 		}
 		t.Priority = o.Priority
+		t.IdempotencyKey = o.Key
 	}
 	return t, Event{Kind: EventPosted, At: now, Task: t}
 }
@@ -204,6 +225,37 @@ func (t Task) Fail(worker string, reason json.RawMessage, now time.Time) (Task, 
 		t.Failure = reason
 	}
 	return t, Event{Kind: EventFailed, At: now, Worker: worker, Task: t}, nil
+}
+
+// Cancel ends a pending or processing task at a user's word: failed with
+// error "cancelled". Its worker, if any, can no longer report on it: every
+// later progress, heartbeat, give-back or result is refused.
+func (t Task) Cancel(now time.Time) (Task, Event, error) {
+	if t.Status.Terminal() {
+		return t, Event{}, ErrTerminal
+	}
+	worker := ""
+	if t.Lease != nil {
+		worker = t.Lease.Worker
+	}
+	t = t.end(Failed, now)
+	t.Error = ptr(CancelledError)
+	return t, Event{Kind: EventCancelled, At: now, Worker: worker, Task: t}, nil
+}
+
+// Retry puts a failed task back to pending with a fresh attempts budget:
+// attempts 0, no error, failure, lease, finish, fetch or delay; the item and
+// the priority unchanged. Its history stays in the event log.
+func (t Task) Retry(now time.Time) (Task, Event, error) {
+	if t.Status != Failed {
+		return t, Event{}, ErrNotFailed
+	}
+	t.Status = Pending
+	t.Attempts = 0
+	t.Error, t.Failure, t.Lease = nil, nil, nil
+	t.FinishedAt, t.FetchedAt, t.NotBefore = nil, nil, nil
+	t.UpdatedAt = Millis(now)
+	return t, Event{Kind: EventRetried, At: now, Task: t}, nil
 }
 
 // end makes t terminal in status st at now.

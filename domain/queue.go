@@ -89,10 +89,13 @@ const (
 	ActionStatus Action = "status"
 	ActionWork   Action = "work"
 	ActionLogs   Action = "logs"
+	// ActionManage: list and search tasks, cancel any task, retry and purge
+	// dead letters, pause the queue (SPEC §12).
+	ActionManage Action = "manage"
 )
 
 // Actions lists every action, in the order of a queue file's access block.
-var Actions = []Action{ActionPost, ActionStatus, ActionWork, ActionLogs}
+var Actions = []Action{ActionPost, ActionStatus, ActionWork, ActionLogs, ActionManage}
 
 // Rule is who may do one action: everyone, or the listed users. The zero Rule
 // allows nobody (an action left out of the access block).

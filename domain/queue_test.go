@@ -89,7 +89,7 @@ func TestRuleAllows(t *testing.T) {
 }
 
 func TestActions(t *testing.T) {
-	want := []Action{"post", "status", "work", "logs"}
+	want := []Action{"post", "status", "work", "logs", "manage"}
 	if fmt.Sprint(Actions) != fmt.Sprint(want) {
 		t.Errorf("Actions = %v, want %v", Actions, want)
 	}

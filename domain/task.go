@@ -101,6 +101,10 @@ type Task struct {
 	Priority int `json:"priority,omitempty"`
 	// Failure is the reason of the last give-back or failure.
 	Failure json.RawMessage `json:"failure,omitempty"`
+	// IdempotencyKey is the key the task was posted with (SPEC §12): a
+	// later post with the same key to the same queue gets this task back
+	// instead of making another, for as long as this one is kept.
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 }
 
 // View is what a producer reads: the record without host, item, postedBy,

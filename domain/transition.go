@@ -20,10 +20,13 @@ import (
 //   - failure, pending or processing → failed: an error and finishedAt, no
 //     lease, maybe a failure (timeout, dead letter, failed by its worker);
 //   - fetch, finished → finished or failed → failed: fetchedAt, set once;
+//   - retry, failed → pending: attempts back to 0, and no error, failure,
+//     lease, finishedAt, fetchedAt or notBefore;
 //   - and no change at all, in any state.
 //
 // No move changes a task's identity (id, host, queue, item, postedBy,
-// postedAt, priority), and only a claim changes attempts. Removal (retention) is not a
+// postedAt, priority, idempotency key), and only a claim (up by one) and a
+// retry (back to 0) change attempts. Removal (retention) is not a
 // change of the record and does not come here; nor does loading records from
 // disc, which is not a move. An illegal move is a bug of the caller's, not a
 // state a client raced into (those the transitions refuse first, with
@@ -95,6 +98,16 @@ var (
 			}
 			return ended(next)
 		}}
+	retry = move{name: "retry", may: fStatus | fAttempts | fError | fFailure | fLease | fFinishedAt | fFetchedAt | fNotBefore | fUpdatedAt,
+		check: func(_, next Task) string {
+			switch {
+			case next.Attempts != 0:
+				return "leaves attempts, want 0"
+			case next.Error != nil || next.Failure != nil || next.Lease != nil || next.FinishedAt != nil || next.FetchedAt != nil || next.NotBefore != nil:
+				return "leaves what the failure was"
+			}
+			return ""
+		}}
 	fetch = move{name: "terminal task", may: fFetchedAt, // but for its fetch
 		check: func(cur, next Task) string {
 			if cur.FetchedAt != nil || next.FetchedAt == nil {
@@ -110,6 +123,8 @@ func moveBetween(from, to Status) (move, bool) {
 		return move{}, false
 	}
 	switch {
+	case from == Failed && to == Pending:
+		return retry, true
 	case from.Terminal():
 		return fetch, to == from // a terminal task stays as it is
 	case to == Finished:
@@ -163,15 +178,16 @@ const (
 	fNotBefore
 	fPriority
 	fFailure
+	fKey
 )
 
 // identity is what no move changes.
-const identity = fID | fHost | fQueue | fItem | fPostedBy | fPostedAt | fPriority
+const identity = fID | fHost | fQueue | fItem | fPostedBy | fPostedAt | fPriority | fKey
 
 // fieldNames are the record's names of the fields, in the order of the bits.
 var fieldNames = [...]string{"id", "host", "queue", "status", "item", "postedBy", "postedAt",
 	"updatedAt", "attempts", "lease", "progress", "result", "error", "finishedAt", "fetchedAt",
-	"notBefore", "priority", "failure"}
+	"notBefore", "priority", "failure", "idempotencyKey"}
 
 func (f fields) String() string {
 	var names []string
@@ -210,6 +226,7 @@ func changes(a, b Task) fields {
 	set(!samePtr(a.NotBefore, b.NotBefore), fNotBefore)
 	set(a.Priority != b.Priority, fPriority)
 	set(!bytes.Equal(a.Failure, b.Failure), fFailure)
+	set(a.IdempotencyKey != b.IdempotencyKey, fKey)
 	return f
 }
 

@@ -66,8 +66,20 @@ type Matcher interface {
 // Errors: domain.ErrNotFound for a missing task; whatever fn returns,
 // unchanged; a store that cannot be reached, a domain.KindUnavailable error.
 type TaskRepository interface {
-	// Create stores a new task. It fails if the id is already taken.
+	// Create stores a new task. It fails with domain.ErrExists if the id is
+	// taken, and with domain.ErrKeyTaken, storing nothing, if t has an
+	// IdempotencyKey that another task of the queue holds: of two posts
+	// racing with one key, exactly one is stored.
 	Create(ctx context.Context, t domain.Task, then Then) error
+	// ByKey returns the task of q that holds idempotency key k, for as long
+	// as that task is kept (domain.ErrNotFound once it is deleted).
+	ByKey(ctx context.Context, q domain.QueueRef, k string) (domain.Task, error)
+	// List returns a page of q's tasks in the order and status l asks for,
+	// and the cursor of the next page ("" when there is none). It may
+	// return fewer than l.Limit tasks with a next cursor when l.Match
+	// rejected many (a page's work is bounded); the caller asks again from
+	// there.
+	List(ctx context.Context, q domain.QueueRef, l ListQuery) (tasks []domain.Task, next string, err error)
 	// Get returns the current record of a task.
 	Get(ctx context.Context, k domain.Key) (domain.Task, error)
 	// Update applies fn to the current record and stores the result in the
@@ -101,6 +113,25 @@ type TaskRepository interface {
 	Each(ctx context.Context, q domain.QueueRef, st domain.Stage, fn func(domain.Task) bool) error
 	// Counts reports how many tasks q holds in each stage.
 	Counts(q domain.QueueRef) Counts
+}
+
+// ListQuery is what a page of tasks is asked for (SPEC §12).
+type ListQuery struct {
+	Status domain.Status
+	// Newest lists newest first; otherwise oldest first. Pending tasks are
+	// ordered by (EligibleAt, id), the others by (postedAt, id).
+	Newest bool
+	Limit  int     // 1 to 1000
+	After  string  // a cursor from an earlier page; "" for the first
+	Match  Matcher // nil: every task; else the item must match
+}
+
+// Pauses keeps which queues are paused (SPEC §12). A pause lives with the
+// server's data, not in the queue file, and survives restarts: SetPaused
+// returns once the change is durable.
+type Pauses interface {
+	Paused(q domain.QueueRef) bool
+	SetPaused(ctx context.Context, q domain.QueueRef, paused bool) error
 }
 
 // Then is told of a change once it is stored (see TaskRepository).

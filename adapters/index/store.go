@@ -390,3 +390,15 @@ func checkUpdate(cur, next domain.Task) (domain.Task, []byte, error) {
 	}
 	return stored, data, nil
 }
+
+// ByKey returns the task of ref holding idempotency key k.
+// TODO(issue 13): keys are not indexed yet.
+func (s *Store) ByKey(ctx context.Context, ref domain.QueueRef, k string) (domain.Task, error) {
+	return domain.Task{}, domain.ErrNotFound
+}
+
+// List returns a page of ref's tasks.
+// TODO(issue 13): not built yet.
+func (s *Store) List(ctx context.Context, ref domain.QueueRef, l ports.ListQuery) ([]domain.Task, string, error) {
+	return nil, "", nil
+}

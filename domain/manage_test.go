@@ -1,0 +1,92 @@
+package domain
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestCancel(t *testing.T) {
+	for _, from := range []string{"pending", "processing"} {
+		t.Run(from, func(t *testing.T) {
+			task := mustPost(t)
+			worker := ""
+			if from == "processing" {
+				task, worker = mustClaim(t, task, "box-1", at(time.Second)), "box-1"
+			}
+			got, ev, err := task.Cancel(at(2 * time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status != Failed || *got.Error != CancelledError || got.Lease != nil || got.FinishedAt == nil {
+				t.Errorf("cancelled = %+v", got)
+			}
+			if ev.Kind != EventCancelled || ev.Worker != worker {
+				t.Errorf("event %s by %q, want cancelled by %q", ev.Kind, ev.Worker, worker)
+			}
+			if err := CheckTransition(task, got); err != nil {
+				t.Errorf("not a legal move: %v", err)
+			}
+			if _, _, err := got.ReportProgress("box-1", json.RawMessage(`{}`), time.Minute, at(3*time.Second)); !errors.Is(err, ErrNotProcessing) {
+				t.Errorf("progress after the cancel: %v", err)
+			}
+			if _, _, err := got.Finish("box-1", json.RawMessage(`{}`), at(3*time.Second)); !errors.Is(err, ErrTerminal) {
+				t.Errorf("a result after the cancel: %v", err)
+			}
+		})
+	}
+	done := mustFinish(t, mustPost(t), "box-1", `{}`, at(time.Second))
+	if _, _, err := done.Cancel(at(2 * time.Second)); !errors.Is(err, ErrTerminal) {
+		t.Errorf("cancel of a finished task: %v, want ErrTerminal", err)
+	}
+}
+
+func TestRetryOfADeadLetter(t *testing.T) {
+	r := Retry{Settings: Settings{MaxAttempts: 1}}
+	task := mustClaim(t, mustPost(t), "box-1", at(time.Second))
+	task, _, _ = task.Release("box-1", time.Minute, json.RawMessage(`"boom"`), r, at(2*time.Second))
+	task = mustFetch(t, task, at(3*time.Second))
+	got, ev, err := task.Retry(at(4 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := mustPost(t)
+	want.UpdatedAt = ms(4 * time.Second)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("a retried task is as posted but for updatedAt (-want +got):\n%s", diff)
+	}
+	if ev.Kind != EventRetried {
+		t.Errorf("event %s", ev.Kind)
+	}
+	if err := CheckTransition(task, got); err != nil {
+		t.Errorf("not a legal move: %v", err)
+	}
+	for name, cur := range map[string]Task{"pending": mustPost(t), "finished": mustFinish(t, mustPost(t), "w", `{}`, at(time.Second))} {
+		if _, _, err := cur.Retry(at(time.Minute)); !errors.Is(err, ErrNotFailed) {
+			t.Errorf("retry of a %s task: %v, want ErrNotFailed", name, err)
+		}
+	}
+	// A retry must clear everything: one that keeps attempts is refused.
+	bad := got
+	bad.Attempts = 1
+	if err := CheckTransition(task, bad); err == nil {
+		t.Error("a retry that keeps attempts was let through")
+	}
+}
+
+func TestIdempotencyKeys(t *testing.T) {
+	for k, ok := range map[string]bool{"order-17": true, "": false, "with space": false, "é": false, string(make([]byte, 201)): false, "~!": true} {
+		if ValidKey(k) != ok {
+			t.Errorf("ValidKey(%q) = %v", k, !ok)
+		}
+	}
+	task, _ := Post(testID, testHost, testQueue, testItem, "", t0, PostOptions{Key: "order-17"})
+	next := mustClaim(t, task, "w", at(time.Second))
+	next.IdempotencyKey = "other"
+	if err := CheckTransition(task, next); err == nil {
+		t.Error("a change of the idempotency key was let through")
+	}
+}
