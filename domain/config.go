@@ -28,6 +28,10 @@ type Queue struct {
 	// unless the queue file gives one.
 	Item, Progress, Result, Failure             Schema
 	ItemRaw, ProgressRaw, ResultRaw, FailureRaw json.RawMessage
+	// Problems, when not empty, say why the queue file on disc is invalid:
+	// this is its last valid version, kept in force (SPEC §12), and GET
+	// /{queue} and `taskhoster check` report them ("file: /path: reason").
+	Problems []string
 }
 
 // Ref names q.
