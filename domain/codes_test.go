@@ -16,8 +16,7 @@ import (
 // specOnly are the codes SPEC names (§11, §12) for features not built yet:
 // no code uses them, and they are defined so that the feature, when it comes,
 // uses the SPEC's word.
-var specOnly = map[string]bool{
-}
+var specOnly = map[string]bool{}
 
 // codeConsts parses codes.go: every constant of type Code, name to value.
 func codeConsts(t *testing.T) map[string]string {

@@ -9,15 +9,15 @@ import (
 type EventKind string
 
 const (
-	EventPosted   EventKind = "posted"
-	EventClaimed  EventKind = "claimed"
-	EventProgress EventKind = "progress"
-	EventResult   EventKind = "result"
-	EventFailed   EventKind = "failed" // failed by its worker, out of attempts, or a corrupt file
-	EventTimeout  EventKind = "timeout"
-	EventRequeue  EventKind = "requeue"
-	EventFetched  EventKind = "fetched"
-	EventCleaned  EventKind = "cleaned"
+	EventPosted    EventKind = "posted"
+	EventClaimed   EventKind = "claimed"
+	EventProgress  EventKind = "progress"
+	EventResult    EventKind = "result"
+	EventFailed    EventKind = "failed" // failed by its worker, out of attempts, or a corrupt file
+	EventTimeout   EventKind = "timeout"
+	EventRequeue   EventKind = "requeue"
+	EventFetched   EventKind = "fetched"
+	EventCleaned   EventKind = "cleaned"
 	EventReleased  EventKind = "released"  // given back by its worker
 	EventCancelled EventKind = "cancelled" // cancelled by a user (SPEC §12)
 	EventRetried   EventKind = "retried"   // a failed task put back to pending (SPEC §12)
