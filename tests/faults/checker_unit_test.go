@@ -40,7 +40,7 @@ func finishedOnce() *scenario {
 }
 
 func (s *scenario) check() *report {
-	return check(s.h, s.store, s.events, s.torn, s.kills, s.mended, s.settled)
+	return check(s.h, s.store, runQueues, s.events, s.torn, s.kills, s.mended, s.settled)
 }
 
 // TestCheckerCatches: a checker that never complains proves nothing, so
