@@ -16,7 +16,10 @@ type Counts struct {
 	Processing int
 	Done       int
 	// Delayed is how many of the pending tasks were not claimable yet when
-	// the store last looked (their notBefore had not come).
+	// the store last looked: those whose notBefore is after the latest now
+	// that ClaimNext or Due has been given for the queue (before any such
+	// call, every pending task with a notBefore). So it may still count a
+	// task whose time has come since; the next look makes it claimable.
 	Delayed int
 }
 
@@ -81,10 +84,12 @@ type TaskRepository interface {
 	// domain.ErrNotFound when no such task is there.
 	ClaimNext(ctx context.Context, q domain.QueueRef, m Matcher, now time.Time, fn func(*domain.Task) error, then Then) (domain.Task, error)
 	// Due makes claimable the pending tasks of q whose notBefore has come
-	// by now, and reports how many became so since the last call and when
-	// the next delayed one will (zero: none is delayed). The caller wakes
-	// that many waiting claims and looks again then; ClaimNext does not
-	// depend on it.
+	// by now, and reports how many became so since the last call (made so
+	// by this call or by a ClaimNext, which looks too, whether or not a
+	// claim took them since) and when the next delayed one will (zero:
+	// none is delayed). A second call at the same now reports 0. The
+	// caller wakes that many waiting claims and looks again then;
+	// ClaimNext does not depend on it.
 	Due(ctx context.Context, q domain.QueueRef, now time.Time) (n int, next time.Time, err error)
 	// Delete removes a task for good (retention), if check (when not nil)
 	// approves of its current record; otherwise it returns check's error.

@@ -71,6 +71,9 @@ type depthRig struct {
 	s      *index.Store
 	videos ports.Matcher
 	next   int
+	mixed  bool // post at priorities -1, 0 and 1 in turn
+	posted string
+	rounds int
 }
 
 func newDepthRig(b *testing.B, depth int) *depthRig {
@@ -88,18 +91,37 @@ func newDepthRig(b *testing.B, depth int) *depthRig {
 // round posts one matching task and claims it; it returns how long the
 // claim alone took.
 func (r *depthRig) round(b *testing.B) time.Duration {
-	ctx := context.Background()
+	r.post(b)
+	return r.claim(b)
+}
+
+// post posts one matching task; it returns how long that took.
+func (r *depthRig) post(b *testing.B) time.Duration {
+	var opts domain.PostOptions
+	if r.mixed {
+		// The first (the setup's) at the lowest, so that the query
+		// meets the whole backlog before any timing.
+		opts.Priority = []int{-1, 0, 1}[r.rounds%3]
+	}
+	r.rounds++
 	posted, _ := domain.Post(fmt.Sprintf("%016x", 0xc000000000+r.next), benchRef.Host, benchRef.Queue,
-		benchItem("video", r.next), "alice", benchEpoch.Add(time.Duration(r.next)*time.Millisecond))
+		benchItem("video", r.next), "alice", benchEpoch.Add(time.Duration(r.next)*time.Millisecond), opts)
 	r.next++
-	if err := r.s.Create(ctx, posted, nil); err != nil {
+	start := time.Now()
+	if err := r.s.Create(context.Background(), posted, nil); err != nil {
 		b.Fatal(err)
 	}
+	r.posted = posted.ID
+	return time.Since(start)
+}
+
+// claim claims the task post posted; it returns how long that took.
+func (r *depthRig) claim(b *testing.B) time.Duration {
 	start := time.Now()
-	got, err := r.s.ClaimNext(ctx, benchRef, r.videos, benchEpoch, benchClaim, nil)
+	got, err := r.s.ClaimNext(context.Background(), benchRef, r.videos, benchEpoch, benchClaim, nil)
 	took := time.Since(start)
-	if err != nil || got.ID != posted.ID {
-		b.Fatalf("claim = %s, %v; want %s", got.ID, err, posted.ID)
+	if err != nil || got.ID != r.posted {
+		b.Fatalf("claim = %s, %v; want %s", got.ID, err, r.posted)
 	}
 	return took
 }
@@ -127,16 +149,17 @@ func BenchmarkClaimDepth(b *testing.B) {
 // garbage collector, and reports the ratio of their median claim times
 // (issue 6: at most 1.3).
 func BenchmarkClaimDepthRatio(b *testing.B) {
-	shallow, deep := newDepthRig(b, 100), newDepthRig(b, 1_000_000)
+	depthRatio(b, newDepthRig(b, 100), newDepthRig(b, 1_000_000))
+}
+
+// depthRatio times alternate rounds of shallow and deep and reports their
+// median claim times and the ratio.
+func depthRatio(b *testing.B, shallow, deep *depthRig) {
 	runtime.GC()
 	var tookShallow, tookDeep []time.Duration
 	for b.Loop() {
 		tookShallow = append(tookShallow, shallow.round(b))
 		tookDeep = append(tookDeep, deep.round(b))
-	}
-	p50 := func(took []time.Duration) float64 {
-		slices.Sort(took)
-		return float64(took[len(took)/2].Nanoseconds())
 	}
 	s, d := p50(tookShallow), p50(tookDeep)
 	b.ReportMetric(s, "p50-100-ns")
@@ -181,4 +204,99 @@ func heapInUse() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
+}
+
+// benchTaskWith is benchTask posted with opts.
+func benchTaskWith(tb testing.TB, n int, kind string, opts domain.PostOptions) domain.Task {
+	posted, _ := domain.Post(fmt.Sprintf("%016x", 0xc000000000+n), benchRef.Host, benchRef.Queue,
+		benchItem(kind, n), "alice", benchEpoch.Add(time.Duration(n)*time.Millisecond), opts)
+	t, err := domain.DecodeTask(domain.EncodeTask(posted))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return t
+}
+
+// mixedOpts are the options of backlog task n in a queue that uses SPEC
+// §11: five priorities, and one task in four delayed by a day (past every
+// claim of the benchmark).
+func mixedOpts(n int) domain.PostOptions {
+	o := domain.PostOptions{Priority: []int{0, 3, -1, 0, 1}[n%5]}
+	if n%4 == 0 {
+		o.NotBefore = new(domain.Millis(benchEpoch.Add(24 * time.Hour)))
+	}
+	return o
+}
+
+// newMixedDepthRig is newDepthRig with a backlog that uses priorities and
+// delays; its rounds post the matching task at priorities -1, 0 and 1.
+func newMixedDepthRig(b *testing.B, depth int) *depthRig {
+	r := &depthRig{s: index.New(), videos: kindQuery(b, "video"), next: depth, mixed: true}
+	for n := range depth {
+		if _, err := r.s.Load(benchTaskWith(b, n, "image", mixedOpts(n))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	r.round(b)
+	return r
+}
+
+// BenchmarkClaimDepthRatioMixed is BenchmarkClaimDepthRatio with
+// priorities and delayed tasks in the backlog (issue 12: at most 1.3).
+func BenchmarkClaimDepthRatioMixed(b *testing.B) {
+	depthRatio(b, newMixedDepthRig(b, 100), newMixedDepthRig(b, 1_000_000))
+}
+
+// BenchmarkScanWhileBusy times posts and claims with a query the queue
+// knows while another claim runs a query it has never seen over a backlog
+// of non-matching tasks (issue 12: post and claim p99 at most 20 ms during
+// that scan). Each op is one such scan; post-p99 and claim-p99 are over
+// every round run meanwhile, scan-ms is how long a scan took.
+func BenchmarkScanWhileBusy(b *testing.B) {
+	for _, depth := range []int{200_000, 1_000_000} {
+		b.Run(strconv.Itoa(depth), func(b *testing.B) {
+			r := newDepthRig(b, depth)
+			runtime.GC()
+			ctx := context.Background()
+			var posts, claims, scans []time.Duration
+			i := 0
+			for b.Loop() {
+				i++
+				fresh := kindQuery(b, fmt.Sprintf("audio-%d", i))
+				done := make(chan time.Duration)
+				go func() {
+					start := time.Now()
+					_, err := r.s.ClaimNext(ctx, benchRef, fresh, benchEpoch, benchClaim, nil)
+					if err == nil {
+						b.Error("the new query claimed a task")
+					}
+					done <- time.Since(start)
+				}()
+				for scanning := true; scanning; {
+					select {
+					case took := <-done:
+						scans = append(scans, took)
+						scanning = false
+					default:
+						posts = append(posts, r.post(b))
+						claims = append(claims, r.claim(b))
+					}
+				}
+			}
+			b.ReportMetric(p99(posts)/1e6, "post-p99-ms")
+			b.ReportMetric(p99(claims)/1e6, "claim-p99-ms")
+			b.ReportMetric(p50(scans)/1e6, "scan-ms")
+			b.ReportMetric(float64(len(claims)), "rounds")
+		})
+	}
+}
+
+func p50(took []time.Duration) float64 {
+	slices.Sort(took)
+	return float64(took[len(took)/2].Nanoseconds())
+}
+
+func p99(took []time.Duration) float64 {
+	slices.Sort(took)
+	return float64(took[len(took)*99/100].Nanoseconds())
 }

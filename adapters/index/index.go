@@ -2,6 +2,7 @@ package index
 
 import (
 	"sync"
+	"time"
 
 	"github.com/google/btree"
 
@@ -16,9 +17,12 @@ type queue struct {
 	mu   sync.Mutex
 	ref  domain.QueueRef
 	byID map[uint64]*entry
-	// dirs holds each state directory's tasks (dirPending, dirProcessing,
-	// dirDone) in claim order, which for pending is the order claims take.
-	dirs [3]*btree.BTreeG[*entry]
+	// pending holds the pending tasks: by priority and EligibleAt those
+	// claimable, apart those delayed (pending.go). dirs holds the other
+	// state directories' tasks (dirProcessing, dirDone) by (postedAt, id);
+	// dirs[dirPending] is unused.
+	pending pendingSet
+	dirs    [3]*btree.BTreeG[*entry]
 	// views are the claim queries seen lately, each with the pending tasks
 	// it accepts (see views.go).
 	views views
@@ -34,14 +38,12 @@ const degree = 32
 func newTree() *btree.BTreeG[*entry] { return btree.NewG(degree, before) }
 
 func newQueue(ref domain.QueueRef) *queue {
-	q := &queue{ref: ref, byID: make(map[uint64]*entry), views: newViews(), busy: make(map[uint64]chan struct{})}
-	for i := range q.dirs {
-		q.dirs[i] = newTree()
+	q := &queue{ref: ref, byID: make(map[uint64]*entry), views: newViews(), busy: make(map[uint64]chan struct{}), pending: newPendingSet()}
+	for _, d := range []int{dirProcessing, dirDone} {
+		q.dirs[d] = newTree()
 	}
 	return q
 }
-
-func (q *queue) pending() *btree.BTreeG[*entry] { return q.dirs[dirPending] }
 
 // get is the entry of the task named id, if the queue holds it.
 func (q *queue) get(id string) (*entry, bool) {
@@ -97,71 +99,117 @@ func (q *queue) unlocked(write func() error) error {
 // left alone.
 func (q *queue) hide(e *entry) {
 	if e.state == statePending {
-		q.pending().Delete(e)
-		q.views.leave(e)
+		q.leavePending(e)
 	}
 }
 
 func (q *queue) unhide(e *entry) {
 	if e.state == statePending {
-		q.pending().ReplaceOrInsert(e)
-		q.views.enter(e, q.pending().Len())
+		q.enterPending(e)
 	}
+}
+
+// enterPending adds e to the pending set; a claimable task is shown to the
+// views, a delayed one waits for its time (promote).
+func (q *queue) enterPending(e *entry) {
+	if q.pending.add(e) {
+		q.views.enter(e, q.pending.len())
+	}
+}
+
+// leavePending takes e out of the pending set and every view.
+func (q *queue) leavePending(e *entry) {
+	if q.pending.drop(e) {
+		q.views.leave(e)
+	}
+}
+
+// look notes a claim's or Due's now: the delayed tasks whose time has come
+// become claimable, and the views meet them as they meet a re-queue.
+func (q *queue) look(now time.Time) {
+	q.pending.promote(domain.Millis(now), func(e *entry) { q.views.enter(e, q.pending.len()) })
 }
 
 // put indexes e in place of old (nil for a new task). A task that leaves
 // pending leaves every view; one that enters it is shown to them.
 func (q *queue) put(old, e *entry) {
 	if old != nil {
-		q.dirs[old.state.dir()].Delete(old)
-		if old.state == statePending {
-			q.views.leave(old)
-		}
+		q.unindex(old)
 	}
 	q.byID[e.id] = e
-	q.dirs[e.state.dir()].ReplaceOrInsert(e)
 	if e.state == statePending {
-		q.views.enter(e, q.pending().Len())
+		q.enterPending(e)
+	} else {
+		q.dirs[e.state.dir()].ReplaceOrInsert(e)
+	}
+}
+
+// unindex takes e out of its state's tree (and, if pending, the views).
+// A pending task being written is already out (hide): then it does
+// nothing.
+func (q *queue) unindex(e *entry) {
+	if e.state == statePending {
+		q.leavePending(e)
+	} else {
+		q.dirs[e.state.dir()].Delete(e)
 	}
 }
 
 // remove forgets e.
 func (q *queue) remove(e *entry) {
 	delete(q.byID, e.id)
-	q.dirs[e.state.dir()].Delete(e)
-	if e.state == statePending {
-		q.views.leave(e)
-	}
+	q.unindex(e)
 }
 
-// firstMatch is the oldest pending task that m accepts (nil m: any).
-func (q *queue) firstMatch(m ports.Matcher) (*entry, bool) {
+// Budgets of one hold of the queue's lock by a claim's scan for a new query
+// (issue 12): it tests at most scanBudget tasks, and none after scanSlice,
+// then lets go of the lock, so that posts and claims on the queue wait for
+// at most about that long however deep the backlog it must test.
+const (
+	scanBudget = 256
+	scanSlice  = time.Millisecond
+)
+
+// firstMatch is the first pending task in claim order, claimable at ms,
+// that m accepts (nil m: any). scanMore means that it ran out of budget:
+// ask again, after letting go of the lock.
+func (q *queue) firstMatch(m ports.Matcher, ms int64) (*entry, scan) {
+	var found *entry
 	switch {
 	case m == nil:
-		return q.pending().Min()
-	case m.Key() == "":
-		// A matcher without a key cannot say which others agree with it,
-		// so nothing it says can be kept: it tests the pending tasks in
-		// order until one matches.
-		var found *entry
-		q.pending().Ascend(func(e *entry) bool {
-			if m.Match(e.item) {
+		q.pending.ascend(rank{}, false, func(e *entry) bool {
+			if e.claimable(ms) {
 				found = e
 				return false
 			}
 			return true
 		})
-		return found, found != nil
+	case m.Key() == "":
+		// A matcher without a key cannot say which others agree with it,
+		// so nothing it says can be kept: it tests the pending tasks in
+		// order until one matches.
+		q.pending.ascend(rank{}, false, func(e *entry) bool {
+			if e.claimable(ms) && m.Match(e.item) {
+				found = e
+				return false
+			}
+			return true
+		})
 	default:
-		return q.views.of(m).first(q.pending())
+		return q.views.of(m).first(&q.pending, ms, scanBudget, time.Now().Add(scanSlice))
 	}
+	if found == nil {
+		return nil, scanNone
+	}
+	return found, scanFound
 }
 
 func (q *queue) counts() ports.Counts {
 	return ports.Counts{
-		Pending:    q.dirs[dirPending].Len(),
+		Pending:    q.pending.len(),
 		Processing: q.dirs[dirProcessing].Len(),
 		Done:       q.dirs[dirDone].Len(),
+		Delayed:    q.pending.delayed.Len(),
 	}
 }
 

@@ -26,6 +26,7 @@ func readBack(t domain.Task, data []byte) (domain.Task, error) {
 	t.Item = bytes.Clone(t.Item)
 	t.Progress = bytes.Clone(t.Progress)
 	t.Result = bytes.Clone(t.Result)
+	t.Failure = bytes.Clone(t.Failure)
 	return t, nil
 }
 
@@ -40,7 +41,7 @@ var lineSep, paraSep = []byte("\u2028"), []byte("\u2029")
 // valid UTF-8 (Marshal replaces bad bytes). Payloads are valid JSON: else
 // EncodeTask, which made the data, would have failed.
 func readsBackAsIs(t domain.Task) bool {
-	for _, raw := range []json.RawMessage{t.Item, t.Progress, t.Result} {
+	for _, raw := range []json.RawMessage{t.Item, t.Progress, t.Result, t.Failure} {
 		if raw == nil {
 			continue
 		}

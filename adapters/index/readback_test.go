@@ -28,6 +28,8 @@ func FuzzReadBack(f *testing.F) {
 	f.Add("0123456789abcdef", "failed", []byte(`{}`), []byte(nil), []byte(nil), "", "alice", "bad\xff", 0, false, true)
 	f.Add("0123456789abcdef", "processing", []byte(`{}`), []byte(`{"pct": 5}`), []byte(nil), "box", "alice", "", 1, true, false)
 	f.Add("0123456789abcdef", "finished", []byte(`{}`), []byte(nil), []byte(`{"a":"&"}`), "box", "alice", "", 1, true, true)
+	f.Add("0123456789abcdef", "pending", []byte(`{}`), []byte(`{"why": "busy"}`), []byte(nil), "", "alice", "", 4, false, false)
+	f.Add("0123456789abcdef", "failed", []byte(`{}`), []byte(`{"why":"<"}`), []byte(nil), "", "alice", "failed", 1, false, true)
 	f.Fuzz(func(t *testing.T, id, status string, item, progress, result []byte, worker, postedBy, errText string, attempts int, leased, finished bool) {
 		raws := [][]byte{item, progress, result}
 		for i, raw := range raws {
@@ -51,6 +53,12 @@ func FuzzReadBack(f *testing.F) {
 		if finished {
 			at := int64(7)
 			task.FinishedAt = &at
+		}
+		// SPEC §11's fields, from what the seeds already vary: a given-back
+		// task's failure is a payload like the others.
+		if attempts%3 == 1 {
+			task.Failure, task.Priority = raws[1], attempts
+			task.NotBefore = &task.PostedAt
 		}
 		data := domain.EncodeTask(task)
 		want, wantErr := domain.DecodeTask(data)

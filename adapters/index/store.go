@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -179,9 +180,12 @@ func (s *Store) Update(ctx context.Context, k domain.Key, fn func(*domain.Task) 
 	return s.apply(q, cur, fn, then)
 }
 
-// ClaimNext applies fn to the oldest pending task of ref that m accepts.
-// The queue's mutex is what makes exactly one caller win each task: a task
-// being claimed is out of the pending tree until its claim is stored.
+// ClaimNext applies fn to the first pending task of ref in claim order,
+// claimable at now, that m accepts. The queue's mutex is what makes exactly
+// one caller win each task: a task being claimed is out of the pending set
+// until its claim is stored. A query new to the queue tests the backlog a
+// slice at a time, letting go of the lock between slices (firstMatch), so
+// that the queue's other calls go on meanwhile.
 func (s *Store) ClaimNext(ctx context.Context, ref domain.QueueRef, m ports.Matcher, now time.Time, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
 	if err := ctx.Err(); err != nil {
 		return domain.Task{}, fmt.Errorf("claim in %s/%s: %w", ref.Host, ref.Queue, err)
@@ -192,11 +196,22 @@ func (s *Store) ClaimNext(ctx context.Context, ref domain.QueueRef, m ports.Matc
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	cur, ok := q.firstMatch(m)
-	if !ok {
-		return domain.Task{}, domain.ErrNotFound
+	for {
+		q.look(now)
+		cur, sc := q.firstMatch(m, domain.Millis(now))
+		switch sc {
+		case scanFound:
+			return s.apply(q, cur, fn, then)
+		case scanNone:
+			return domain.Task{}, domain.ErrNotFound
+		}
+		q.mu.Unlock()
+		runtime.Gosched() // let the callers waiting for the lock have it
+		q.mu.Lock()
+		if err := ctx.Err(); err != nil {
+			return domain.Task{}, fmt.Errorf("claim in %s/%s: %w", ref.Host, ref.Queue, err)
+		}
 	}
-	return s.apply(q, cur, fn, then)
 }
 
 // apply is the read-modify-write of Update and ClaimNext; q.mu is held and
@@ -211,7 +226,7 @@ func (s *Store) apply(q *queue, cur *entry, fn func(*domain.Task) error, then po
 	done := q.reserve(cur.id)
 	defer q.release(cur.id, done)
 	// No claim may take a pending task while it changes: it leaves the
-	// pending tree until the change is stored, and comes back if it fails.
+	// pending set until the change is stored, and comes back if it fails.
 	q.hide(cur)
 	var stored domain.Task
 	var e *entry
@@ -272,8 +287,9 @@ func (s *Store) Delete(ctx context.Context, k domain.Key, check func(domain.Task
 	return then.Call(t)
 }
 
-// Each calls fn with a copy of each task in stage st, ordered by (postedAt,
-// id), until fn returns false. The queue is locked meanwhile.
+// Each calls fn with a copy of each task in stage st, ordered by
+// (EligibleAt, id) for pending and (postedAt, id) for the others, until fn
+// returns false. The queue is locked meanwhile.
 func (s *Store) Each(ctx context.Context, ref domain.QueueRef, st domain.Stage, fn func(domain.Task) bool) error {
 	if !st.Valid() {
 		return domain.E(domain.KindInvalid, domain.CodeInvalidStage, "no stage %d", st)
@@ -285,22 +301,45 @@ func (s *Store) Each(ctx context.Context, ref domain.QueueRef, st domain.Stage, 
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var err error
-	q.dirs[st].Ascend(func(e *entry) bool {
+	visit := func(e *entry) bool {
 		if err = ctx.Err(); err != nil {
 			return false
 		}
 		return fn(q.task(e))
-	})
+	}
+	if st == domain.StagePending {
+		q.pending.each(visit)
+	} else {
+		q.dirs[st].Ascend(visit)
+	}
 	if err != nil {
 		return fmt.Errorf("each in %s/%s: %w", ref.Host, ref.Queue, err)
 	}
 	return nil
 }
 
-// Due makes the delayed tasks of ref whose time has come claimable.
-// TODO(issue 12): the index does not keep delayed tasks apart yet.
+// Due makes the delayed tasks of ref whose notBefore has come by now
+// claimable, and reports how many tasks with a notBefore became claimable
+// since the last call (here or in a claim, which looks too) and the
+// notBefore of the next delayed task (zero: none).
 func (s *Store) Due(ctx context.Context, ref domain.QueueRef, now time.Time) (int, time.Time, error) {
-	return 0, time.Time{}, nil
+	if err := ctx.Err(); err != nil {
+		return 0, time.Time{}, fmt.Errorf("due in %s/%s: %w", ref.Host, ref.Queue, err)
+	}
+	q := s.lookup(ref, false)
+	if q == nil {
+		return 0, time.Time{}, nil
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.look(now)
+	n := q.pending.promoted
+	q.pending.promoted = 0
+	var next time.Time
+	if ms, ok := q.pending.nextDue(); ok {
+		next = time.UnixMilli(ms)
+	}
+	return n, next, nil
 }
 
 // Counts reports how many tasks ref holds in each state directory.

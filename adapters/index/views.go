@@ -1,6 +1,8 @@
 package index
 
 import (
+	"time"
+
 	"github.com/google/btree"
 
 	"github.com/taskhoster/taskhoster/ports"
@@ -11,9 +13,12 @@ import (
 // need not be tested again while it stays pending: the view remembers how
 // far down the pending tree (in claim order) the query has looked — its
 // frontier — and, of the pending tasks up to there, the ones it accepts.
+// Claim order is SPEC §11's (rank): the highest priority first, then the
+// earliest EligibleAt, then the id; "pending" here is the claimable ones
+// (pendingSet's levels): a delayed task enters when its time comes.
 //
-// Invariant: matches holds exactly the pending tasks at or before the
-// frontier that the query accepts. So:
+// Invariant: matches holds exactly the claimable pending tasks at or before
+// the frontier that the query accepts. So:
 //   - a claim takes the first of matches when there is one (everything
 //     after the frontier comes later in claim order), and otherwise tests
 //     tasks beyond the frontier, moving it on, until one matches;
@@ -30,9 +35,10 @@ import (
 type view struct {
 	m       ports.Matcher // the latest matcher with this key; all agree
 	matches *btree.BTreeG[*entry]
-	// frontier is the last task tested by a claim's scan (by order only:
-	// it may have left pending since). Until begun, nothing has been.
-	frontier entry
+	// frontier is the rank of the last task tested by a claim's scan (by
+	// order only: it may have left pending since). Until begun, nothing
+	// has been.
+	frontier rank
 	begun    bool
 	// lastUsed is when (in the views' clock) a claim last used the view;
 	// idle counts the tests run for it since then.
@@ -43,38 +49,60 @@ type view struct {
 // covers reports whether e is at or before the frontier, so that the view
 // must know what its query says about e.
 func (v *view) covers(e *entry) bool {
-	return v.begun && !before(&v.frontier, e)
+	return v.begun && !v.frontier.less(rankOf(e))
 }
 
-// first is the oldest pending task the view's query accepts. It moves the
-// frontier as far as it has to and no further.
-func (v *view) first(pending *btree.BTreeG[*entry]) (*entry, bool) {
-	if e, ok := v.matches.Min(); ok {
-		return e, true
-	}
-	// The scan starts from a copy: the tree compares against its pivot
-	// while it walks, and the frontier moves meanwhile.
-	from, begun := v.frontier, v.begun
+// scan is how a view's look for a claim ended.
+type scan int
+
+const (
+	scanFound scan = iota // a task to claim
+	scanNone              // none: the query accepts no claimable task
+	scanMore              // the budget ran out first: look again
+)
+
+// first is the first task in claim order, claimable at ms, that the view's
+// query accepts. It moves the frontier as far as it has to and no further,
+// testing at most budget tasks, and none after deadline: past that it
+// reports scanMore, and the
+// caller lets go of the queue's lock before it asks again (the invariant
+// holds meanwhile, so the scan goes on where it stopped, whoever asks).
+func (v *view) first(ps *pendingSet, ms int64, budget int, deadline time.Time) (*entry, scan) {
 	var found *entry
-	scan := func(e *entry) bool {
-		if begun && !before(&from, e) {
-			return true // the old frontier itself, tested already
-		}
-		v.frontier = entry{postedAt: e.postedAt, id: e.id}
-		v.begun = true
-		if v.m.Match(e.item) {
-			v.matches.ReplaceOrInsert(e)
+	v.matches.Ascend(func(e *entry) bool {
+		if e.claimable(ms) {
 			found = e
 			return false
 		}
+		return true // due only at a later now than this claim's
+	})
+	if found != nil {
+		return found, scanFound
+	}
+	tested, out := 0, false
+	ps.ascend(v.frontier, v.begun, func(e *entry) bool {
+		if tested == budget || tested%16 == 15 && time.Now().After(deadline) {
+			out = true
+			return false
+		}
+		tested++
+		v.frontier, v.begun = rankOf(e), true
+		if v.m.Match(e.item) {
+			v.matches.ReplaceOrInsert(e)
+			if e.claimable(ms) {
+				found = e
+				return false
+			}
+		}
 		return true
+	})
+	switch {
+	case found != nil:
+		return found, scanFound
+	case out:
+		return nil, scanMore
 	}
-	if begun {
-		pending.AscendGreaterOrEqual(&from, scan)
-	} else {
-		pending.Ascend(scan)
-	}
-	return found, found != nil
+	return nil, scanNone
 }
 
 // views are a queue's views by matcher key, at most maxViews of them.
@@ -105,7 +133,7 @@ func (vs *views) of(m ports.Matcher) *view {
 		if len(vs.byKey) >= maxViews {
 			vs.evictOldest()
 		}
-		v = &view{matches: newTree()}
+		v = &view{matches: btree.NewG(degree, claimBefore)}
 		vs.byKey[key] = v
 	}
 	v.m = m

@@ -62,6 +62,12 @@ func TestRepository(t *testing.T, open func(t *testing.T) ports.TaskRepository) 
 		{"ThenOncePerStoredChange", testThenOnce},
 		{"ThenInStoreOrder", testThenOrder},
 		{"ReturnsCopies", testCopies},
+		{"NewFieldsRoundTrip", testNewFieldsRoundTrip},
+		{"ClaimPriorityOrder", testClaimPriorityOrder},
+		{"ClaimNotBefore", testClaimNotBefore},
+		{"Due", testDue},
+		{"EachByEligibleAt", testEachByEligibleAt},
+		{"DelaysAgainstModel", testDelaysAgainstModel},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
