@@ -3,6 +3,11 @@
 // from well- and ill-behaved clients, kills it with SIGKILL at random
 // moments, restarts it on the same folders and port, and at the end checks
 // what every client was told against the store on disc and the event log.
+// A second queue runs SPEC §11 under the same kills (maxAttempts, a backoff,
+// delayed and prioritised posts, give-backs and failures by workers), and
+// the check adds: a task ends exactly once (finished, failed or timed out),
+// no claim comes before the task's time, none past maxAttempts, and every
+// priority drains.
 //
 // TestFaults runs FAULT_CYCLES kills (default 5, a few seconds, part of
 // `make test`); `make faults` runs a long series. FAULT_SEED repeats a run's
