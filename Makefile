@@ -45,7 +45,8 @@ fuzz:
 # The fault harness (tests/faults) at length: FAULT_CYCLES SIGKILLs at random
 # moments, each followed by a restart on the same folders and port, then a
 # drain and a check of every client's history against the store and the
-# event log. `make test` runs the same test with 5 cycles. FAULT_SEED repeats
+# event log (a second queue runs maxAttempts, backoff, delays, priorities
+# and give-backs: no claim before its time, none past maxAttempts). `make test` runs the same test with 5 cycles. FAULT_SEED repeats
 # a run's schedule of kills. Prints one summary line, "faults: ...".
 FAULT_CYCLES ?= 50
 faults:

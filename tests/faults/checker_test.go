@@ -43,6 +43,22 @@ type report struct {
 	Torn     int // event log lines that do not parse
 	Debris   int // files in the store that should not be there
 
+	// SPEC §11. A task ends exactly once: finished, failed by its worker,
+	// out of attempts (a dead letter) or timed out.
+	Finished        int            // tasks stored finished
+	FailedByWorker  int            // tasks stored failed with error "failed"
+	DeadLetters     int            // tasks stored failed with error "attempts"
+	TimedOut        int            // tasks stored failed with error "timeout"
+	FailsAccepted   int            // failure sends answered accepted
+	Releases        int            // give-backs answered accepted
+	ReleasesRefused int            // give-backs answered accepted: false
+	ReleasesUnknown int            // give-backs without an answer
+	Waited          int            // claims that had to wait for a notBefore (delay, set time, give-back delay, backoff)
+	Early           int            // a claim before the task's time
+	OverAttempts    int            // a task handed out more than its queue's maxAttempts times
+	Starved         int            // priority classes with a task left after the drain
+	Priorities      map[int][2]int // by priority: tasks, of which drained
+
 	Problems []string // one line per thing that is wrong
 }
 
@@ -56,10 +72,23 @@ func (r *report) fail(counter *int, format string, args ...any) {
 func (r *report) Summary() string {
 	return fmt.Sprintf("faults: seed=%d cycles=%d kills=%d startup-kills=%d shutdown-kills=%d tasks=%d acked=%d unacked=%d unacked-exist=%d "+
 		"lost=%d double-finished=%d twins=%d unfinished=%d disagree=%d cut=%d (%s) mended=%d (%s) "+
-		"requeues=%d results-accepted=%d results-refused=%d results-unknown=%d late-accepted=%d torn=%d debris=%d",
+		"requeues=%d results-accepted=%d results-refused=%d results-unknown=%d late-accepted=%d torn=%d debris=%d "+
+		"finished=%d failed-by-worker=%d dead-letters=%d timed-out=%d fails-accepted=%d releases=%d (refused:%d unknown:%d) "+
+		"waited-claims=%d early=%d over-attempts=%d starved=%d priorities=(%s)",
 		r.Seed, r.Cycles, r.Kills, r.StartupKills, r.ShutdownKills, r.Tasks, r.Acked, r.Unacked, r.UnackedExist,
 		r.Lost, r.DoubleFinished, r.Twins, r.Unfinished, r.Disagree, r.Cut, byKind(r.CutKinds), r.Mended, byKind(r.MendedKinds),
-		r.Requeues, r.Accepted, r.Refused, r.Unknown, r.Late, r.Torn, r.Debris)
+		r.Requeues, r.Accepted, r.Refused, r.Unknown, r.Late, r.Torn, r.Debris,
+		r.Finished, r.FailedByWorker, r.DeadLetters, r.TimedOut, r.FailsAccepted, r.Releases, r.ReleasesRefused, r.ReleasesUnknown,
+		r.Waited, r.Early, r.OverAttempts, r.Starved, drained(r.Priorities))
+}
+
+// drained is "priority:drained/tasks" for each priority, sorted.
+func drained(counts map[int][2]int) string {
+	var classes []string
+	for _, p := range slices.Sorted(maps.Keys(counts)) {
+		classes = append(classes, fmt.Sprintf("%d:%d/%d", p, counts[p][1], counts[p][0]))
+	}
+	return strings.Join(classes, " ")
 }
 
 // byKind is "kind:n" for each kind, sorted.
@@ -83,12 +112,21 @@ func (r *report) cut(kind string) {
 type checker struct {
 	h      histories
 	store  store
-	events map[string][]event // by task id, in log order
+	rules  map[string]queueRules // by queue
+	events map[string][]event    // by task id, in log order
 	r      *report
 
-	sends    map[string][]resultRecord // result sends by task id
-	terminal map[string]int            // result and timeout events by task id
-	mended   map[mendedLine]int        // lines the start-up repairs appended
+	sends    map[string][]resultRecord    // result and failure sends by task id
+	releases map[claimKey][]releaseRecord // give-backs by the claim they gave back
+	postOf   map[string]postRecord        // the post of each task id, where known
+	terminal map[string]int               // result, failed and timeout events by task id
+	mended   map[mendedLine]int           // lines the start-up repairs appended
+}
+
+// claimKey names one claim of a task: its id and attempt number.
+type claimKey struct {
+	id       string
+	attempts int
 }
 
 // mendedLine names a line a start-up repair appended: the task and event.
@@ -106,12 +144,12 @@ type mendedLine struct{ id, event string }
 // reports, the sweep's one change. Generous, as it only bounds the cuts.
 const maxInFlight = 64
 
-func check(h histories, s store, events []event, torn, kills int, mended []event, settled bool) *report {
+func check(h histories, s store, rules map[string]queueRules, events []event, torn, kills int, mended []event, settled bool) *report {
 	c := &checker{
-		h: h, store: s, events: map[string][]event{},
-		r:     &report{Kills: kills, CutKinds: map[string]int{}, MendedKinds: map[string]int{}},
-		sends: map[string][]resultRecord{}, terminal: map[string]int{},
-		mended: map[mendedLine]int{},
+		h: h, store: s, rules: rules, events: map[string][]event{},
+		r:     &report{Kills: kills, CutKinds: map[string]int{}, MendedKinds: map[string]int{}, Priorities: map[int][2]int{}},
+		sends: map[string][]resultRecord{}, releases: map[claimKey][]releaseRecord{}, postOf: map[string]postRecord{},
+		terminal: map[string]int{}, mended: map[mendedLine]int{},
 	}
 	for _, m := range mended {
 		c.mended[mendedLine{m.ID, m.Event}]++
@@ -120,15 +158,33 @@ func check(h histories, s store, events []event, torn, kills int, mended []event
 	}
 	for _, ev := range events {
 		c.events[ev.ID] = append(c.events[ev.ID], ev)
-		switch ev.Event {
-		case "result", "timeout":
+		switch {
+		case ev.Event == "result" || ev.Event == "timeout" || ev.Event == "failed" && ev.Error != "corrupt":
 			c.terminal[ev.ID]++
-		case "requeue":
+		case ev.Event == "requeue":
 			c.r.Requeues++
 		}
 	}
 	for _, rec := range h.results {
 		c.sends[rec.ID] = append(c.sends[rec.ID], rec)
+	}
+	for _, rec := range h.releases {
+		k := claimKey{rec.ID, rec.Attempts}
+		c.releases[k] = append(c.releases[k], rec)
+	}
+	byTag := map[string]postRecord{}
+	for _, p := range h.posts {
+		byTag[p.Tag] = p
+		if p.Outcome == acked {
+			c.postOf[p.ID] = p
+		}
+	}
+	for id, t := range s.tasks {
+		if p, ok := byTag[t.ItemTag]; ok {
+			if _, known := c.postOf[id]; !known {
+				c.postOf[id] = p
+			}
+		}
 	}
 	for range torn {
 		c.r.fail(&c.r.Torn, "an event log line does not parse")
@@ -140,7 +196,9 @@ func check(h histories, s store, events []event, torn, kills int, mended []event
 	c.posts()
 	c.presence()
 	c.results()
+	c.giveBacks()
 	c.claims()
+	c.outcomes()
 	for _, id := range c.ids() {
 		c.lifecycle(id)
 	}
@@ -263,15 +321,20 @@ func (c *checker) presence() {
 	}
 }
 
-// results: at most one send per task was told accepted, the log has at most
-// one terminal event per task, and the stored result is the accepted one
-// (or, when nobody heard back, one that was sent and not refused).
+// results: at most one result or failure send per task was told
+// accepted, the log has at most one terminal event per task, and the
+// stored result (or a worker's failure) is the accepted one (or, when
+// nobody heard back, one that was sent and not refused).
 func (c *checker) results() {
 	for _, rec := range c.h.results {
-		switch rec.Outcome {
-		case accepted:
+		switch {
+		case rec.Kind == sendFail:
+			if rec.Outcome == accepted {
+				c.r.FailsAccepted++
+			}
+		case rec.Outcome == accepted:
 			c.r.Accepted++
-		case rejected:
+		case rec.Outcome == rejected:
 			c.r.Refused++
 		default:
 			c.r.Unknown++
@@ -279,7 +342,7 @@ func (c *checker) results() {
 	}
 	for id, n := range c.terminal {
 		if n > 1 {
-			c.r.fail(&c.r.DoubleFinished, "task %s has %d result/timeout events", id, n)
+			c.r.fail(&c.r.DoubleFinished, "task %s has %d terminal (result, failed, timeout) events", id, n)
 		}
 	}
 	for id, sends := range c.sends {
@@ -290,35 +353,44 @@ func (c *checker) results() {
 			}
 		}
 		if len(won) > 1 {
-			c.r.fail(&c.r.DoubleFinished, "task %s accepted %d results: %v", id, len(won), won)
+			c.r.fail(&c.r.DoubleFinished, "task %s accepted %d results or failures: %v", id, len(won), won)
+		}
+		if len(won) == 0 {
+			continue
 		}
 		t, stored := c.store.tasks[id]
-		if len(won) > 0 {
+		switch w := won[0]; {
+		case w.Kind == sendFail:
+			if !c.loggedFailed(id, "failed") {
+				c.r.fail(&c.r.Disagree, "task %s: a failure was accepted but no failed event (error failed) was logged", id)
+			}
+			if stored && (t.Status != "failed" || t.Error != "failed" || t.FailureTag != w.Tag) {
+				c.r.fail(&c.r.DoubleFinished, "task %s accepted failure %s from %s but holds %s (error %q) failure %q",
+					id, w.Tag, w.Client, t.Status, t.Error, t.FailureTag)
+			}
+		default:
 			if !c.logged(id, "result") {
 				c.r.fail(&c.r.Disagree, "task %s: a result was accepted but no result event was logged", id)
 			}
-			if stored && (t.Status != "finished" || t.ResultTag != won[0].Tag) {
+			if stored && (t.Status != "finished" || t.ResultTag != w.Tag) {
 				c.r.fail(&c.r.DoubleFinished, "task %s accepted result %s from %s but holds %s result %q",
-					id, won[0].Tag, won[0].Client, t.Status, t.ResultTag)
+					id, w.Tag, w.Client, t.Status, t.ResultTag)
 			}
 		}
 	}
 	for id, t := range c.store.tasks {
-		if t.Status != "finished" {
-			continue
+		switch {
+		case t.Status == "finished":
+			c.storedResult(id, t)
+		case t.Status == "failed" && t.Error == "failed":
+			c.storedFailure(id, t)
 		}
-		c.storedResult(id, t)
 	}
 }
 
 // storedResult checks where a finished task's result came from.
 func (c *checker) storedResult(id string, t storedTask) {
-	var from []resultRecord
-	for _, s := range c.sends[id] {
-		if s.Tag == t.ResultTag {
-			from = append(from, s)
-		}
-	}
+	from := c.sentAs(id, sendResult, t.ResultTag)
 	if len(from) == 0 {
 		c.r.fail(&c.r.Disagree, "task %s holds result %q, which nobody sent for it", id, t.ResultTag)
 		return
@@ -338,18 +410,122 @@ func (c *checker) storedResult(id string, t storedTask) {
 	}
 }
 
+// storedFailure checks where a task a worker failed got its failure.
+func (c *checker) storedFailure(id string, t storedTask) {
+	from := c.sentAs(id, sendFail, t.FailureTag)
+	if len(from) == 0 {
+		c.r.fail(&c.r.Disagree, "task %s is failed by a worker with failure %q, which no worker sent as a failure of it", id, t.FailureTag)
+		return
+	}
+	if !slices.ContainsFunc(from, func(s resultRecord) bool { return s.Outcome != rejected }) {
+		c.r.fail(&c.r.DoubleFinished, "task %s kept failure %s, whose sender was told it was refused", id, t.FailureTag)
+	}
+}
+
+// sentAs lists the sends of kind for task id that carried tag.
+func (c *checker) sentAs(id, kind, tag string) []resultRecord {
+	var from []resultRecord
+	for _, s := range c.sends[id] {
+		if s.Tag == tag && (s.Kind == kind || kind == sendResult && s.Kind == "") {
+			from = append(from, s)
+		}
+	}
+	return from
+}
+
+// giveBacks: a give-back told accepted went where its answer said, as the
+// log and the store agree: pending again (a released line, or a re-queue
+// where a start-up repair could not tell the two apart), or, after the
+// queue's last allowed attempt and only then, failed with error
+// "attempts". A give-back after which a claim with a lower or equal
+// attempt number came is caught by lifecycle.
+func (c *checker) giveBacks() {
+	for _, rel := range c.h.releases {
+		switch rel.Outcome {
+		case accepted:
+			c.r.Releases++
+		case rejected:
+			c.r.ReleasesRefused++
+			continue
+		default:
+			c.r.ReleasesUnknown++
+			continue
+		}
+		maxAttempts := c.rules[c.queueOf(rel.ID)].MaxAttempts
+		last := maxAttempts > 0 && rel.Attempts >= maxAttempts
+		t, stored := c.store.tasks[rel.ID]
+		switch {
+		case rel.Status == "pending" && last:
+			c.r.fail(&c.r.OverAttempts, "task %s: the give-back of its claim %d of at most %d was told pending, not failed", rel.ID, rel.Attempts, maxAttempts)
+		case rel.Status == "pending":
+			if !c.loggedAt(rel.ID, rel.Attempts, "released", "requeue") {
+				c.r.fail(&c.r.Disagree, "task %s: the give-back of claim %d was accepted but not logged", rel.ID, rel.Attempts)
+			}
+			if stored && t.Attempts < rel.Attempts {
+				c.r.fail(&c.r.Disagree, "task %s was given back at attempts %d but holds attempts %d", rel.ID, rel.Attempts, t.Attempts)
+			}
+		case rel.Status == "failed" && !last:
+			c.r.fail(&c.r.Disagree, "task %s: the give-back of its claim %d (of at most %d) was told failed", rel.ID, rel.Attempts, maxAttempts)
+		case rel.Status == "failed":
+			if !c.loggedFailed(rel.ID, "attempts") {
+				c.r.fail(&c.r.Disagree, "task %s: its last give-back was told failed but no failed event (error attempts) was logged", rel.ID)
+			}
+			if stored && (t.Status != "failed" || t.Error != "attempts" || t.Attempts != rel.Attempts) {
+				c.r.fail(&c.r.Disagree, "task %s: its last give-back (attempts %d) was told failed, but it holds %s (error %q, attempts %d)",
+					rel.ID, rel.Attempts, t.Status, t.Error, t.Attempts)
+			}
+		default:
+			c.r.fail(&c.r.Disagree, "task %s: a give-back was accepted with status %q", rel.ID, rel.Status)
+		}
+	}
+}
+
+// outcomes counts how the stored tasks ended, and by priority how many
+// drained. A dead letter must have used exactly its queue's attempts.
+func (c *checker) outcomes() {
+	for id, t := range c.store.tasks {
+		switch {
+		case t.Status == "finished":
+			c.r.Finished++
+		case t.Status == "failed" && t.Error == "failed":
+			c.r.FailedByWorker++
+		case t.Status == "failed" && t.Error == "timeout":
+			c.r.TimedOut++
+		case t.Status == "failed" && t.Error == "attempts":
+			c.r.DeadLetters++
+			if maxAttempts := c.rules[t.Queue].MaxAttempts; maxAttempts == 0 || t.Attempts != maxAttempts {
+				c.r.fail(&c.r.Disagree, "task %s is a dead letter after %d attempts, on a queue that allows %d", id, t.Attempts, maxAttempts)
+			}
+		case t.Status == "failed":
+			c.r.fail(&c.r.Disagree, "task %s failed with error %q", id, t.Error)
+		}
+		n := c.r.Priorities[t.Priority]
+		n[0]++
+		if terminal(t.Status) {
+			n[1]++
+		}
+		c.r.Priorities[t.Priority] = n
+	}
+	for p, n := range c.r.Priorities {
+		if n[1] < n[0] {
+			c.r.fail(&c.r.Starved, "priority %d: %d of its %d tasks were left after the drain", p, n[0]-n[1], n[0])
+		}
+	}
+}
+
 // claims: every task handed to a worker was logged as claimed with the
 // attempt number it was handed out with, and no claim was handed out twice.
+// On a queue with maxAttempts no task was handed out (to the clients, in
+// the log, by the store's count) more than that many times, and every claim
+// handed out is in the store's count: it was durable before it was answered.
 func (c *checker) claims() {
-	type claim struct {
-		id       string
-		attempts int
-	}
-	logged := map[claim]int{}
+	logged := map[claimKey]int{}
+	perTask := map[string]int{}
 	for id, evs := range c.events {
 		for _, ev := range evs {
 			if ev.Event == "claimed" {
-				logged[claim{id, ev.Attempts}]++
+				logged[claimKey{id, ev.Attempts}]++
+				perTask[id]++
 			}
 		}
 	}
@@ -358,38 +534,79 @@ func (c *checker) claims() {
 			c.r.fail(&c.r.Disagree, "task %s logged %d claims with attempts %d", k.id, n, k.attempts)
 		}
 	}
-	handed := map[claim][]string{}
+	handed := map[claimKey][]string{}
 	for _, rec := range c.h.claims {
-		k := claim{rec.ID, rec.Attempts}
+		k := claimKey{rec.ID, rec.Attempts}
 		handed[k] = append(handed[k], rec.Client)
 		if logged[k] == 0 {
 			c.r.fail(&c.r.Disagree, "task %s was handed to %s with attempts %d, which the log lacks", rec.ID, rec.Client, rec.Attempts)
 		}
 	}
+	seen := map[string][]int{} // the attempt numbers handed out, by task
 	for k, clients := range handed {
 		if len(clients) > 1 {
 			c.r.fail(&c.r.DoubleFinished, "task %s was handed out twice with attempts %d: %v", k.id, k.attempts, clients)
+		}
+		seen[k.id] = append(seen[k.id], k.attempts)
+	}
+	for _, id := range slices.Sorted(maps.Keys(seen)) {
+		maxAttempts := c.rules[c.queueOf(id)].MaxAttempts
+		if maxAttempts == 0 {
+			continue
+		}
+		got := seen[id]
+		slices.Sort(got)
+		switch t, stored := c.store.tasks[id]; {
+		case len(got) > maxAttempts || got[len(got)-1] > maxAttempts:
+			c.r.fail(&c.r.OverAttempts, "task %s was handed out %d times, attempts %v, on a queue that allows %d", id, len(got), got, maxAttempts)
+		case stored && t.Attempts < got[len(got)-1]:
+			c.r.fail(&c.r.OverAttempts, "task %s was handed out with attempts %d but the store counts %d: the claim was not durable", id, got[len(got)-1], t.Attempts)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(perTask)) {
+		if maxAttempts := c.rules[c.queueOf(id)].MaxAttempts; maxAttempts > 0 && perTask[id] > maxAttempts {
+			c.r.fail(&c.r.OverAttempts, "task %s was claimed %d times by the log, on a queue that allows %d", id, perTask[id], maxAttempts)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(c.store.tasks)) {
+		t := c.store.tasks[id]
+		if maxAttempts := c.rules[t.Queue].MaxAttempts; maxAttempts > 0 && t.Attempts > maxAttempts {
+			c.r.fail(&c.r.OverAttempts, "task %s holds attempts %d, on a queue that allows %d", id, t.Attempts, maxAttempts)
 		}
 	}
 }
 
 func terminal(status string) bool { return status == "finished" || status == "failed" }
 
-// lifecycle replays one task's events through the lifecycle of SPEC §5 and
-// compares where they end with the store. A step the lifecycle does not
-// allow from the state the log reached is a missing line: a crash cut it
-// (counted as cut; whether anyone was told of it is checked in posts,
-// results and claims). A step after the task was terminal (other than
-// fetched and cleaned) is a bug whatever the crashes.
+// lifecycle replays one task's events through the lifecycle of SPEC §5
+// and §11 and compares where they end with the store. A step the lifecycle
+// does not allow from the state the log reached is a missing line: a crash
+// cut it (counted as cut; whether anyone was told of it is checked in
+// posts, results and claims). A step after the task was terminal (other
+// than fetched and cleaned) is a bug whatever the crashes.
+//
+// On the way it checks that no claim came before the task's time: the
+// earliest its post allowed (the client's clock before it sent a delayed
+// post, plus the delay; or the time it named), and after each return to
+// pending the backoff's shortest wait, or a give-back's delay, from the
+// return's logged time. The first claim after the last return must also
+// come at or after the notBefore the store holds.
 func (c *checker) lifecycle(id string) {
 	status, attempts, claimer := "", 0, ""
+	rules := c.rules[c.queueOf(id)]
+	var notBefore, returned int64 // the earliest claim the client's knowledge allows, and when it became pending
+	why := "its post"
+	if p, ok := c.postOf[id]; ok {
+		notBefore, returned = p.earliest(), p.SentAt
+	}
+	firstClaim := int64(-1) // the first claim since the last return to pending
 	for _, ev := range c.events[id] {
 		switch ev.Event {
 		case "posted":
 			if status != "" {
 				c.r.fail(&c.r.Disagree, "task %s posted again after %s", id, status)
 			}
-		case "claimed", "progress", "requeue":
+		case "claimed", "progress", "requeue", "released":
 			want := "processing"
 			if ev.Event == "claimed" {
 				want = "pending"
@@ -404,19 +621,31 @@ func (c *checker) lifecycle(id string) {
 			case status != want:
 				c.r.cut("claimed") // progress or requeue while pending
 			}
-			if ev.Event == "claimed" {
+			switch ev.Event {
+			case "claimed":
 				if ev.Attempts <= attempts {
 					c.r.fail(&c.r.Disagree, "task %s claimed with attempts %d after attempts %d", id, ev.Attempts, attempts)
 				}
 				claimer = ev.Worker
+				c.claimedInTime(id, ev, notBefore, returned, why)
+				if firstClaim < 0 {
+					firstClaim = ev.At
+				}
+			case "requeue", "released":
+				notBefore, returned, why = c.returnedUntil(id, ev, rules)
+				firstClaim = -1
 			}
-		case "result", "timeout":
+		case "result", "timeout", "failed":
 			switch {
+			case ev.Event == "failed" && ev.Error != "failed" && ev.Error != "attempts":
+				c.r.fail(&c.r.Disagree, "task %s: %s event with error %q (status %s)", id, ev.Event, ev.Error, ev.Status)
 			case terminal(status):
 				// Counted in results, as a second terminal event.
 			case status == "":
 				c.r.cut("posted")
-			case c.mended[mendedLine{id, "result"}] > 0:
+			case ev.Error == "attempts" && status != "processing":
+				c.r.cut("claimed") // out of attempts comes back from a claim
+			case c.mended[mendedLine{id, ev.Event}] > 0:
 				// Its worker is the repair's guess: lateness is unknown.
 			case ev.Event == "result" && (status == "pending" || claimer != ev.Worker):
 				c.r.Late++
@@ -425,7 +654,7 @@ func (c *checker) lifecycle(id string) {
 			if !terminal(status) {
 				c.r.cut("result")
 			}
-		default: // "failed": a task file was found corrupt
+		default:
 			c.r.fail(&c.r.Disagree, "task %s: %s event (status %s)", id, ev.Event, ev.Status)
 		}
 		status, attempts = ev.Status, ev.Attempts
@@ -435,6 +664,9 @@ func (c *checker) lifecycle(id string) {
 	if !ok {
 		return // presence has judged it
 	}
+	if t.NotBefore != nil && firstClaim >= 0 && firstClaim < *t.NotBefore {
+		c.r.fail(&c.r.Early, "task %s was claimed at %d, %d ms before the notBefore %d it holds", id, firstClaim, *t.NotBefore-firstClaim, *t.NotBefore)
+	}
 	if t.Dir != "done" {
 		c.r.fail(&c.r.Unfinished, "task %s is still %s after the drain", id, t.Status)
 	}
@@ -443,10 +675,13 @@ func (c *checker) lifecycle(id string) {
 	case terminal(t.Status) && !terminal(status):
 		// The terminal line is missing. If a client was told of the
 		// result, results has already failed the run.
-		if t.Status == "failed" {
-			c.r.cut("timeout")
-		} else {
+		switch {
+		case t.Status == "finished":
 			c.r.cut("result")
+		case t.Error == "timeout":
+			c.r.cut("timeout")
+		default:
+			c.r.cut("failed")
 		}
 	default:
 		c.r.fail(&c.r.Disagree, "task %s is %s in the store but %q by its log (%s)", id, t.Status, status, c.trail(id))
@@ -454,6 +689,62 @@ func (c *checker) lifecycle(id string) {
 	if t.Fetched && !c.logged(id, "fetched") {
 		c.r.cut("fetched")
 	}
+}
+
+// claimedInTime fails a claim that came before notBefore (Unix ms, 0:
+// none), which the task was told of by why; returned is when it became
+// pending, to count the claims that had to wait.
+func (c *checker) claimedInTime(id string, ev event, notBefore, returned int64, why string) {
+	if notBefore == 0 || notBefore <= returned {
+		return
+	}
+	c.r.Waited++
+	if ev.At < notBefore {
+		c.r.fail(&c.r.Early, "task %s was claimed (attempts %d, by %s) at %d, %d ms before %s allowed",
+			id, ev.Attempts, ev.Worker, ev.At, notBefore-ev.At, why)
+	}
+}
+
+// returnedUntil is the earliest a task that came back to pending at ev may
+// be claimed again: the backoff's shortest wait after its ev.Attempts-th
+// claim, or the delay its holder gave it back with, if longer. A give-back
+// the holder was told of counts even where the line is a re-queue (a
+// repair cannot tell a give-back without a new reason from one); one it
+// was not told of counts only when the line says released.
+func (c *checker) returnedUntil(id string, ev event, rules queueRules) (notBefore, returned int64, why string) {
+	notBefore, why = ev.At+rules.minBackoff(ev.Attempts), fmt.Sprintf("the backoff after claim %d", ev.Attempts)
+	for _, rel := range c.releases[claimKey{id, ev.Attempts}] {
+		if rel.Delay > 0 && (rel.Outcome == accepted || rel.Outcome == unknown && ev.Event == "released") && ev.At+rel.Delay-1 > notBefore {
+			notBefore, why = ev.At+rel.Delay-1, fmt.Sprintf("the give-back of claim %d with delay %d ms", ev.Attempts, rel.Delay)
+		}
+	}
+	if notBefore == ev.At {
+		return 0, ev.At, why
+	}
+	return notBefore, ev.At, why
+}
+
+// queueOf is the queue of task id, as the store or the log has it.
+func (c *checker) queueOf(id string) string {
+	if t, ok := c.store.tasks[id]; ok {
+		return t.Queue
+	}
+	if evs := c.events[id]; len(evs) > 0 {
+		return evs[0].Queue
+	}
+	return c.postOf[id].Queue
+}
+
+// loggedFailed reports whether id has a failed event with error code.
+func (c *checker) loggedFailed(id, code string) bool {
+	return slices.ContainsFunc(c.events[id], func(ev event) bool { return ev.Event == "failed" && ev.Error == code })
+}
+
+// loggedAt reports whether id has an event of one of kinds at attempts.
+func (c *checker) loggedAt(id string, attempts int, kinds ...string) bool {
+	return slices.ContainsFunc(c.events[id], func(ev event) bool {
+		return ev.Attempts == attempts && slices.Contains(kinds, ev.Event)
+	})
 }
 
 // logged reports whether id has an event of kind.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -124,12 +125,16 @@ func newResultTag() string { return fmt.Sprintf("r%d", resultTags.Add(1)) }
 
 // producer posts items, each with a tag of its own, and now and then reads
 // back one of its acknowledged tasks. A slow producer posts items only the
-// stallers take (see slowQuery), and seldom, so that they keep up.
+// stallers take (see slowQuery), and seldom, so that they keep up. Some
+// posts are delayed; with options, a producer also posts at set times and
+// with priorities (SPEC §11).
 type producer struct {
-	name string
-	slow bool
-	api  *api
-	hist *history
+	name    string
+	queue   string
+	slow    bool
+	options bool
+	api     *api
+	hist    *history
 }
 
 func (p *producer) run(stop <-chan struct{}) {
@@ -149,6 +154,33 @@ func (p *producer) run(stop <-chan struct{}) {
 	}
 }
 
+// priorities are the classes an options producer draws from: every one
+// must drain.
+var priorities = []int{-2, 0, 0, 3}
+
+// postOptions draws a post's SPEC §11 options into rec and returns them as
+// query parameters ("" for none).
+func (p *producer) postOptions(rec *postRecord) string {
+	var q []string
+	switch {
+	case p.slow:
+	case rand.IntN(4) == 0:
+		rec.Delay = int64(100 + rand.IntN(900))
+		q = append(q, fmt.Sprintf("delay=%d.%03d", rec.Delay/1000, rec.Delay%1000))
+	case p.options && rand.IntN(5) == 0:
+		rec.NotBefore = time.Now().UnixMilli() + int64(100+rand.IntN(900))
+		q = append(q, fmt.Sprintf("notBefore=%d", rec.NotBefore))
+	}
+	if p.options {
+		rec.Priority = priorities[rand.IntN(len(priorities))]
+		q = append(q, fmt.Sprintf("priority=%d", rec.Priority))
+	}
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + strings.Join(q, "&")
+}
+
 // The claim queries. Slow items go to the stallers alone: a task a staller
 // lost to the sweep is then claimed next by the other staller (or by
 // nobody), so its late result has a real chance to win, as SPEC §5 says it
@@ -163,14 +195,16 @@ var (
 // any other failure is recorded as unknown and not retried: the task may
 // exist, and posting it again could make a twin.
 func (p *producer) post(stop <-chan struct{}, tag string) {
-	rec := postRecord{Client: p.name, Tag: tag}
+	rec := postRecord{Client: p.name, Queue: p.queue, Tag: tag}
+	params := p.postOptions(&rec)
 	var b backoff
 	for {
 		item := map[string]any{"tag": tag}
 		if p.slow {
 			item["slow"] = true
 		}
-		a := p.api.do("POST", "/"+queue, item)
+		rec.SentAt = time.Now().UnixMilli()
+		a := p.api.do("POST", "/"+p.queue+params, item)
 		if a.refused() && b.next(stop) {
 			continue
 		}
@@ -199,7 +233,7 @@ func (p *producer) readBack() {
 		return
 	}
 	id := ids[rand.IntN(len(ids))]
-	if a := p.api.do("GET", "/"+queue+"/"+id, nil); a.err == nil {
+	if a := p.api.do("GET", "/"+p.queue+"/"+id, nil); a.err == nil {
 		p.hist.read(readRecord{Client: p.name, ID: id, Status: a.status})
 	}
 }
@@ -211,14 +245,16 @@ const (
 	steady  workerMode = iota // progress, then the result
 	staller                   // sits past its lease, then hands in a late result
 	doubler                   // posts two different results, at once or one after the other
+	giver                     // finishes, gives back (with or without delay and reason), fails or stalls
 )
 
 // httpWorker claims with a long poll and reports over HTTP.
 type httpWorker struct {
-	name string
-	mode workerMode
-	api  *api
-	hist *history
+	name  string
+	queue string
+	mode  workerMode
+	api   *api
+	hist  *history
 }
 
 // claimed is a task as a worker was handed it.
@@ -257,7 +293,29 @@ func (w *httpWorker) run(stop <-chan struct{}) {
 			wg.Go(func() { w.finish(task.ID, first) })
 			wg.Go(func() { w.finish(task.ID, second) })
 			wg.Wait()
+		case giver:
+			w.give(task)
 		}
+	}
+}
+
+// give does one of the things a worker of SPEC §11 may do with a task.
+func (w *httpWorker) give(task claimed) {
+	switch r := rand.IntN(10); {
+	case r < 3:
+		w.heartbeat(task.ID)
+		w.finish(task.ID, newResultTag())
+	case r < 5:
+		w.release(task, 0, rand.IntN(2) == 0)
+	case r < 7:
+		w.release(task, int64(50+rand.IntN(450)), rand.IntN(2) == 0)
+	case r < 9:
+		w.send(sendFail, task.ID, newResultTag())
+	default:
+		// Past the lease: the sweep re-queues it (after the backoff) or,
+		// at its last attempt, fails it; the late result may still win.
+		time.Sleep(time.Duration(leaseSeconds)*time.Second + time.Duration(200+rand.IntN(500))*time.Millisecond)
+		w.finish(task.ID, newResultTag())
 	}
 }
 
@@ -267,7 +325,7 @@ func (w *httpWorker) claim(stop <-chan struct{}) (claimed, bool) {
 	if w.mode == staller {
 		query = slowQuery
 	}
-	a := w.api.do("POST", "/"+queue+"/claim", map[string]any{"worker": w.name, "wait": 1, "query": query})
+	a := w.api.do("POST", "/"+w.queue+"/claim", map[string]any{"worker": w.name, "wait": 1, "query": query})
 	var t claimed
 	switch {
 	case a.refused() || a.err != nil:
@@ -287,38 +345,84 @@ func (w *httpWorker) claim(stop <-chan struct{}) (claimed, bool) {
 
 // progress reports once; whatever the answer, the worker goes on to the result.
 func (w *httpWorker) progress(id string) {
-	w.api.do("POST", "/"+queue+"/"+id+"/progress", map[string]any{"worker": w.name, "progress": map[string]int{"percent": 50}})
+	w.api.do("POST", "/"+w.queue+"/"+id+"/progress", map[string]any{"worker": w.name, "progress": map[string]int{"percent": 50}})
 }
 
-// finish sends the result tagged tag until an answer says what became of
-// it: a refused connection or a lost answer is sent again, as a worker that
-// did the work would. Each send without an answer is recorded as unknown.
-func (w *httpWorker) finish(id, tag string) {
+// heartbeat extends the lease once; whatever the answer, the worker goes on.
+func (w *httpWorker) heartbeat(id string) {
+	w.api.do("POST", "/"+w.queue+"/"+id+"/heartbeat", map[string]any{"worker": w.name})
+}
+
+// finish sends a result; see send.
+func (w *httpWorker) finish(id, tag string) { w.send(sendResult, id, tag) }
+
+// send sends the result (or, of kind sendFail, the failure) tagged tag
+// until an answer says what became of it: a refused connection or a lost
+// answer is sent again, as a worker that did the work would. Each send
+// without an answer is recorded as unknown.
+func (w *httpWorker) send(kind, id, tag string) {
 	body := map[string]any{"worker": w.name, "result": map[string]string{"tag": tag}}
+	path := "/" + w.queue + "/" + id + "/result"
+	if kind == sendFail {
+		body = map[string]any{"worker": w.name, "reason": map[string]string{"tag": tag}}
+		path = "/" + w.queue + "/" + id + "/fail"
+	}
 	var b backoff
 	for range maxTries {
-		a := w.api.do("POST", "/"+queue+"/"+id+"/result", body)
+		a := w.api.do("POST", path, body)
 		if a.refused() {
 			if !b.next(nil) {
 				break
 			}
 			continue
 		}
-		rec := resultRecord{Client: w.name, ID: id, Tag: tag, Outcome: unknown}
-		var ack struct {
-			Accepted bool
-			Status   string
-		}
-		if a.err == nil && a.status == http.StatusOK && json.Unmarshal(a.body, &ack) == nil {
-			rec.Outcome, rec.Status = rejected, ack.Status
-			if ack.Accepted {
-				rec.Outcome = accepted
-			}
-		}
+		rec := resultRecord{Client: w.name, Kind: kind, ID: id, Tag: tag}
+		rec.Outcome, rec.Status = ackOf(a)
 		w.hist.result(rec)
 		if rec.Outcome != unknown {
 			return
 		}
 		pause(nil, time.Duration(20+rand.IntN(100))*time.Millisecond)
 	}
+}
+
+// release gives task back after delay ms (0: none), with a reason or
+// without. It is sent again only while the connection is refused: once
+// it may have arrived, a second one could give back a later claim.
+func (w *httpWorker) release(task claimed, delay int64, reason bool) {
+	rec := releaseRecord{Client: w.name, ID: task.ID, Attempts: task.Attempts, Delay: delay}
+	body := map[string]any{"worker": w.name}
+	if delay > 0 {
+		body["delay"] = float64(delay) / 1000
+	}
+	if reason {
+		rec.Tag = newResultTag()
+		body["reason"] = map[string]string{"tag": rec.Tag}
+	}
+	var b backoff
+	for {
+		a := w.api.do("POST", "/"+w.queue+"/"+task.ID+"/release", body)
+		if a.refused() && b.next(nil) {
+			continue
+		}
+		rec.Outcome, rec.Status = ackOf(a)
+		w.hist.release(rec)
+		return
+	}
+}
+
+// ackOf reads an answer of the lease holder's calls: {"accepted",
+// "status"}, or unknown when there was none.
+func ackOf(a answer) (outcome, string) {
+	var ack struct {
+		Accepted bool
+		Status   string
+	}
+	if a.err != nil || a.status != http.StatusOK || json.Unmarshal(a.body, &ack) != nil {
+		return unknown, ""
+	}
+	if ack.Accepted {
+		return accepted, ack.Status
+	}
+	return rejected, ack.Status
 }

@@ -8,50 +8,58 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // storedTask is what the checker needs of one task file.
 type storedTask struct {
-	ID        string
-	Dir       string // the state directory it is in
-	Status    string
-	ItemTag   string
-	ResultTag string // "" when there is no result
-	Attempts  int
-	Fetched   bool // fetchedAt is set
+	ID         string
+	Queue      string
+	Dir        string // the state directory it is in
+	Status     string
+	Error      string // "" when there is none
+	ItemTag    string
+	ResultTag  string // "" when there is no result
+	FailureTag string // the tag of the last give-back's or failure's reason
+	Attempts   int
+	Fetched    bool   // fetchedAt is set
+	NotBefore  *int64 // when set (SPEC §11)
+	Priority   int
 }
 
-// store is the items folder of the queue as the server left it.
+// store is the items folders of the run's queues as the server left them.
 type store struct {
 	tasks  map[string]storedTask
 	debris []string // what a clean start-up should have removed or never made
 }
 
-// readStore reads every task file of the queue. After a clean start-up a
+// readStore reads every task file of the run's queues. After a clean start-up a
 // task is in exactly one state directory, and no temp file is left; a file
 // in corrupt/ means a write was torn, which atomic renames must prevent.
 func readStore(items string) (store, error) {
 	s := store{tasks: map[string]storedTask{}}
-	root := filepath.Join(items, host, queue)
-	entries, err := os.ReadDir(root)
-	if err != nil {
-		return s, fmt.Errorf("read queue folder: %w", err)
-	}
-	for _, e := range entries {
-		switch e.Name() {
-		case "pending", "processing", "done":
-		default:
-			s.debris = append(s.debris, filepath.Join(root, e.Name()))
-			continue
+	for name := range runQueues {
+		root := filepath.Join(items, host, name)
+		entries, err := os.ReadDir(root)
+		if err != nil {
+			return s, fmt.Errorf("read queue folder: %w", err)
 		}
-		if err := s.readDir(filepath.Join(root, e.Name()), e.Name()); err != nil {
-			return s, err
+		for _, e := range entries {
+			switch e.Name() {
+			case "pending", "processing", "done":
+			default:
+				s.debris = append(s.debris, filepath.Join(root, e.Name()))
+				continue
+			}
+			if err := s.readDir(filepath.Join(root, e.Name()), name, e.Name()); err != nil {
+				return s, err
+			}
 		}
 	}
 	return s, nil
 }
 
-func (s *store) readDir(dir, state string) error {
+func (s *store) readDir(dir, queue, state string) error {
 	files, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("read state directory: %w", err)
@@ -74,7 +82,11 @@ func (s *store) readDir(dir, state string) error {
 			Item     struct{ Tag string }
 			// A pointer, to tell a result without a tag from no result.
 			Result    *struct{ Tag string }
+			Failure   *struct{ Tag string }
+			Error     *string
 			FetchedAt *int64
+			NotBefore *int64
+			Priority  int
 		}
 		if err := json.Unmarshal(data, &rec); err != nil || rec.ID != id {
 			s.debris = append(s.debris, path+" (unreadable)")
@@ -83,9 +95,16 @@ func (s *store) readDir(dir, state string) error {
 		if old, twice := s.tasks[id]; twice {
 			s.debris = append(s.debris, fmt.Sprintf("task %s in both %s and %s", id, old.Dir, state))
 		}
-		t := storedTask{ID: id, Dir: state, Status: rec.Status, ItemTag: rec.Item.Tag, Attempts: rec.Attempts, Fetched: rec.FetchedAt != nil}
+		t := storedTask{ID: id, Queue: queue, Dir: state, Status: rec.Status, ItemTag: rec.Item.Tag, Attempts: rec.Attempts,
+			Fetched: rec.FetchedAt != nil, NotBefore: rec.NotBefore, Priority: rec.Priority}
 		if rec.Result != nil {
 			t.ResultTag = rec.Result.Tag
+		}
+		if rec.Failure != nil {
+			t.FailureTag = rec.Failure.Tag
+		}
+		if rec.Error != nil {
+			t.Error = *rec.Error
 		}
 		s.tasks[id] = t
 	}
@@ -95,10 +114,13 @@ func (s *store) readDir(dir, state string) error {
 // event is what the checker needs of one event log line.
 type event struct {
 	ID       string
+	Queue    string
 	Event    string
 	Status   string
+	Error    string // a failed line's error code
 	Attempts int
 	Worker   string // "" for null
+	At       int64  // Unix milliseconds, from "at"
 }
 
 // readLog reads every day file, oldest first, in file order. A line that
@@ -118,18 +140,27 @@ func readLog(logs string) (events []event, torn int, err error) {
 		sc.Buffer(make([]byte, 1<<20), 1<<24)
 		for sc.Scan() {
 			var line struct {
-				ID, Event, Status, Queue string
-				Attempts                 int
-				Worker                   *string
+				ID, Event, Status, Queue, At string
+				Error                        *string
+				Attempts                     int
+				Worker                       *string
 			}
 			if json.Unmarshal(sc.Bytes(), &line) != nil || line.ID == "" {
 				torn++
 				continue
 			}
-			if line.Queue != queue {
+			if _, ours := runQueues[line.Queue]; !ours {
 				continue
 			}
-			ev := event{ID: line.ID, Event: line.Event, Status: line.Status, Attempts: line.Attempts}
+			at, err := time.Parse(time.RFC3339Nano, line.At)
+			if err != nil {
+				torn++
+				continue
+			}
+			ev := event{ID: line.ID, Queue: line.Queue, Event: line.Event, Status: line.Status, Attempts: line.Attempts, At: at.UnixMilli()}
+			if line.Error != nil {
+				ev.Error = *line.Error
+			}
 			if line.Worker != nil {
 				ev.Worker = *line.Worker
 			}

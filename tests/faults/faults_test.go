@@ -3,6 +3,11 @@
 // from well- and ill-behaved clients, kills it with SIGKILL at random
 // moments, restarts it on the same folders and port, and at the end checks
 // what every client was told against the store on disc and the event log.
+// A second queue runs SPEC §11 under the same kills (maxAttempts, a backoff,
+// delayed and prioritised posts, give-backs and failures by workers), and
+// the check adds: a task ends exactly once (finished, failed or timed out),
+// no claim comes before the task's time, none past maxAttempts, and every
+// priority drains.
 //
 // TestFaults runs FAULT_CYCLES kills (default 5, a few seconds, part of
 // `make test`); `make faults` runs a long series. FAULT_SEED repeats a run's
@@ -110,7 +115,7 @@ func TestFaults(t *testing.T) {
 	}
 	// The last server started after the last kill and stopped cleanly, so
 	// its start-up repair has run: the log must lack no line at all.
-	rep := check(cl.histories(), st, events, torn, kills, r.mended, true)
+	rep := check(cl.histories(), st, runQueues, events, torn, kills, r.mended, true)
 	rep.Seed, rep.Cycles, rep.StartupKills, rep.ShutdownKills = seed, cycles, startupKills, shutdownKills
 	t.Log(rep.Summary())
 	r.logServerErrors()
@@ -254,15 +259,24 @@ func (r *runner) drain(a *api, limit time.Duration) {
 	defer tick.Stop()
 	last := "no answer"
 	for {
-		ans := a.do("GET", "/"+queue, nil)
-		var info struct {
-			Counts struct{ Pending, Processing, Done int }
+		left, answered := 0, 0
+		var counts []string
+		for _, name := range slices.Sorted(maps.Keys(runQueues)) {
+			ans := a.do("GET", "/"+name, nil)
+			var info struct {
+				Counts struct{ Pending, Processing, Done int }
+			}
+			if ans.err == nil && ans.status == http.StatusOK && json.Unmarshal(ans.body, &info) == nil {
+				answered++
+				left += info.Counts.Pending + info.Counts.Processing
+				counts = append(counts, fmt.Sprintf("%s %+v", name, info.Counts))
+			}
 		}
-		if ans.err == nil && ans.status == http.StatusOK && json.Unmarshal(ans.body, &info) == nil {
-			if info.Counts.Pending+info.Counts.Processing == 0 {
+		if answered == len(runQueues) {
+			if left == 0 {
 				return
 			}
-			last = fmt.Sprintf("%+v", info.Counts)
+			last = strings.Join(counts, ", ")
 		}
 		select {
 		case <-deadline:
@@ -284,7 +298,9 @@ type clients struct {
 // the lifecycle: producers post (and read back); steady HTTP and socket
 // workers do most of the work; the stallers' late results race the sweep
 // and each other (on the slow producer's items); a doubler's two results race each other; a dropper's socket
-// dies under the tasks it holds.
+// dies under the tasks it holds. On the retry queue (SPEC §11) producers
+// post delayed and prioritised tasks, and givers over HTTP and the socket
+// also give tasks back and fail them.
 func startClients(a *api) *clients {
 	c := &clients{stopProducing: make(chan struct{}), stopWork: make(chan struct{})}
 	add := func() *history {
@@ -293,29 +309,40 @@ func startClients(a *api) *clients {
 		return h
 	}
 	for i := range 4 {
-		p := &producer{name: fmt.Sprintf("prod-%d", i), api: a}
+		p := &producer{name: fmt.Sprintf("prod-%d", i), queue: queue, api: a}
 		if i == 3 {
 			p.name, p.slow = "slowprod-0", true
 		}
 		p.hist = add()
 		c.producers.Go(func() { p.run(c.stopProducing) })
 	}
+	for i := range 2 {
+		p := &producer{name: fmt.Sprintf("rprod-%d", i), queue: retryQueue, options: true, api: a}
+		p.hist = add()
+		c.producers.Go(func() { p.run(c.stopProducing) })
+	}
 	httpWorkers := []struct {
-		name string
-		mode workerMode
-	}{{"http-0", steady}, {"http-1", steady}, {"stall-0", staller}, {"stall-1", staller}, {"double-0", doubler}}
+		name, queue string
+		mode        workerMode
+	}{
+		{"http-0", queue, steady}, {"http-1", queue, steady}, {"stall-0", queue, staller}, {"stall-1", queue, staller},
+		{"double-0", queue, doubler}, {"give-0", retryQueue, giver}, {"give-1", retryQueue, giver},
+	}
 	for _, hw := range httpWorkers {
-		w := &httpWorker{name: hw.name, mode: hw.mode, api: a}
+		w := &httpWorker{name: hw.name, queue: hw.queue, mode: hw.mode, api: a}
 		w.hist = add()
 		c.workers.Go(func() { w.run(c.stopWork) })
 	}
 	sockWorkers := []struct {
-		name   string
-		claims int
-		drop   bool
-	}{{"sock-0", 4, false}, {"sock-1", 4, false}, {"drop-0", 3, true}}
+		name, queue string
+		claims      int
+		drop, giver bool
+	}{
+		{"sock-0", queue, 4, false, false}, {"sock-1", queue, 4, false, false}, {"drop-0", queue, 3, true, false},
+		{"rsock-0", retryQueue, 3, false, true}, {"rdrop-0", retryQueue, 2, true, true},
+	}
 	for _, sw := range sockWorkers {
-		w := &sockWorker{name: sw.name, claims: sw.claims, drop: sw.drop, api: a}
+		w := &sockWorker{name: sw.name, queue: sw.queue, claims: sw.claims, drop: sw.drop, giver: sw.giver, api: a}
 		w.hist = add()
 		c.workers.Go(func() { w.run(c.stopWork) })
 	}

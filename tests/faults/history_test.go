@@ -19,10 +19,29 @@ const (
 // postRecord is one item a producer posted.
 type postRecord struct {
 	Client  string
+	Queue   string
 	Tag     string // the item's "tag", unique across the run
 	Outcome outcome
 	ID      string // when acked
 	Status  int    // the HTTP status, when there was an answer
+
+	// SPEC §11's options, when the post gave them.
+	SentAt    int64 // Unix ms, the client's clock just before it sent the post
+	Delay     int64 // ?delay=, in ms (0: none)
+	NotBefore int64 // ?notBefore=, Unix ms (0: none)
+	Priority  int   // ?priority=
+}
+
+// earliest is the earliest time (Unix ms) the post let its task be
+// claimed: the server's clock read the request after SentAt, and its
+// notBefore is that time plus the delay, in whole milliseconds (1 ms
+// allows for a delay that is not whole in floating point).
+func (p postRecord) earliest() int64 {
+	var at int64
+	if p.Delay > 0 {
+		at = p.SentAt + p.Delay - 1
+	}
+	return max(at, p.NotBefore)
 }
 
 // claimRecord is one task a worker was handed.
@@ -32,10 +51,32 @@ type claimRecord struct {
 	Attempts int
 }
 
+// The kinds of terminal sends: a result, or a failure by the worker
+// (SPEC §11's fail). The first accepted of either ends the task.
+const (
+	sendResult = "result"
+	sendFail   = "fail"
+)
+
+// releaseRecord is one give-back a worker sent for the claim it held
+// (its attempts), with a delay (ms, 0: none) and a reason (its tag, "":
+// none). Status is where the task went (pending, or failed when out of
+// attempts) or, refused, what it was.
+type releaseRecord struct {
+	Client   string
+	ID       string
+	Attempts int
+	Delay    int64
+	Tag      string
+	Outcome  outcome
+	Status   string
+}
+
 // resultRecord is one result a worker sent (or sent again: a resend keeps
 // its tag, so the checker can tell which send the stored result came from).
 type resultRecord struct {
 	Client  string
+	Kind    string // sendResult ("" too) or sendFail
 	ID      string
 	Tag     string // the result's "tag", unique per result body
 	Outcome outcome
@@ -52,11 +93,12 @@ type readRecord struct {
 // history is what one client sent and what it was told, in order. Clients
 // run goroutines of their own, so it is guarded.
 type history struct {
-	mu      sync.Mutex
-	posts   []postRecord
-	claims  []claimRecord
-	results []resultRecord
-	reads   []readRecord
+	mu       sync.Mutex
+	posts    []postRecord
+	claims   []claimRecord
+	results  []resultRecord
+	releases []releaseRecord
+	reads    []readRecord
 }
 
 func (h *history) post(r postRecord) {
@@ -75,6 +117,12 @@ func (h *history) result(r resultRecord) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.results = append(h.results, r)
+}
+
+func (h *history) release(r releaseRecord) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.releases = append(h.releases, r)
 }
 
 func (h *history) read(r readRecord) {
@@ -99,10 +147,11 @@ func (h *history) ackedIDs() []string {
 // histories is every client's history merged, for the checker. Call it
 // once the clients have stopped.
 type histories struct {
-	posts   []postRecord
-	claims  []claimRecord
-	results []resultRecord
-	reads   []readRecord
+	posts    []postRecord
+	claims   []claimRecord
+	results  []resultRecord
+	releases []releaseRecord
+	reads    []readRecord
 }
 
 func merge(hs []*history) histories {
@@ -112,6 +161,7 @@ func merge(hs []*history) histories {
 		all.posts = append(all.posts, h.posts...)
 		all.claims = append(all.claims, h.claims...)
 		all.results = append(all.results, h.results...)
+		all.releases = append(all.releases, h.releases...)
 		all.reads = append(all.reads, h.reads...)
 		h.mu.Unlock()
 	}

@@ -24,15 +24,49 @@ var binary string
 
 func TestMain(m *testing.M) { os.Exit(testbin.Main(m, raceEnabled, &binary)) }
 
-// The one host and queue every client uses.
+// The one host, and the queues every client uses.
 const (
-	host  = "faults.example.com"
+	host = "faults.example.com"
+	// queue is the seeds' lifecycle: no attempts bound, no backoff.
 	queue = "jobs"
+	// retryQueue has all of SPEC §11: a bound on attempts (so every claim
+	// is durable before it is answered), a backoff, and its producers post
+	// delayed and prioritised tasks that its workers give back and fail.
+	retryQueue = "retry"
 	// leaseSeconds is short so that stalled workers lose their leases often
 	// within a run; queueSeconds is long so that nothing times out.
 	leaseSeconds = 2
 	queueSeconds = 3600
 )
+
+// queueRules are the settings of SPEC §11 a queue file gives, as the
+// checker needs them.
+type queueRules struct {
+	MaxAttempts      int // 0: unlimited
+	RetryBaseSeconds int64
+	RetryMaxSeconds  int64
+}
+
+// minBackoff is the shortest wait a task that came back after its n-th
+// claim has before it is claimable: half of b = min(max, base × 2^(n-1))
+// (SPEC §11: the jitter draws from [b/2, b]), in milliseconds.
+func (q queueRules) minBackoff(n int) int64 {
+	if q.RetryBaseSeconds <= 0 || n < 1 {
+		return 0
+	}
+	b := q.RetryMaxSeconds
+	if n-1 < 32 && q.RetryBaseSeconds<<(n-1) < b {
+		b = q.RetryBaseSeconds << (n - 1)
+	}
+	return b * 1000 / 2
+}
+
+// runQueues are the queues of a run and their rules. The backoff is short
+// (0.5 to 2 s) so that a run drains in seconds.
+var runQueues = map[string]queueRules{
+	queue:      {},
+	retryQueue: {MaxAttempts: 3, RetryBaseSeconds: 1, RetryMaxSeconds: 2},
+}
 
 // folders are a server's hosts, items and logs folders, kept across restarts.
 type folders struct{ hosts, items, logs string }
@@ -52,19 +86,27 @@ func newFolders(t *testing.T) folders {
 		_ = os.RemoveAll(root)
 	})
 	f := folders{filepath.Join(root, "hosts"), filepath.Join(root, "items"), filepath.Join(root, "logs")}
-	queueFile := filepath.Join(f.hosts, host, "taskhoster-queues", queue+".json")
-	if err := os.MkdirAll(filepath.Dir(queueFile), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// Public, so that no client needs a token; items carry the producer's
-	// tag so that the checker can find a post nobody acknowledged.
-	content := fmt.Sprintf(`{
+	for name, rules := range runQueues {
+		queueFile := filepath.Join(f.hosts, host, "taskhoster-queues", name+".json")
+		if err := os.MkdirAll(filepath.Dir(queueFile), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// Public, so that no client needs a token; items carry the
+		// producer's tag so that the checker can find a post nobody
+		// acknowledged.
+		retry := ""
+		if rules.MaxAttempts > 0 {
+			retry = fmt.Sprintf(`, "maxAttempts": %d, "retryBaseSeconds": %d, "retryMaxSeconds": %d`,
+				rules.MaxAttempts, rules.RetryBaseSeconds, rules.RetryMaxSeconds)
+		}
+		content := fmt.Sprintf(`{
 		"item": {"type": "object", "required": ["tag"], "properties": {"tag": {"type": "string"}}},
-		"settings": {"leaseSeconds": %d, "queueSeconds": %d, "retainSeconds": 3600},
+		"settings": {"leaseSeconds": %d, "queueSeconds": %d, "retainSeconds": 3600%s},
 		"access": {"post": "public", "status": "public", "work": "public"}
-	}`, leaseSeconds, queueSeconds)
-	if err := os.WriteFile(queueFile, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
+	}`, leaseSeconds, queueSeconds, retry)
+		if err := os.WriteFile(queueFile, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return f
 }
