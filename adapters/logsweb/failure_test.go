@@ -132,3 +132,66 @@ func TestTrailShowsGiveBacksAndFailures(t *testing.T) {
 		t.Errorf("error.json is not linked, or is inline")
 	}
 }
+
+// TestCancelsAndRetriesStandOut: a cancelled task is shown as a failure (a
+// word and a colour, its code not said twice), a retry stands out too, and
+// both are filtered by.
+func TestCancelsAndRetriesStandOut(t *testing.T) {
+	cancelled := mk(20, idA, domain.EventCancelled, "box-1", tasklog.Sizes{Item: 74, Error: 11})
+	cancelled.Status, cancelled.Error = domain.Failed, domain.CancelledError
+	retried := mk(30, idA, domain.EventRetried, "", tasklog.Sizes{Item: 74})
+	retried.Status, retried.Attempts = domain.Pending, 0
+	h := logsweb.New(mirror(t, []tasklog.Line{
+		mk(0, idA, domain.EventPosted, "", tasklog.Sizes{Item: 74}),
+		mk(10, idA, domain.EventClaimed, "box-1", tasklog.Sizes{Item: 74}),
+		cancelled, retried,
+		mk(40, idB, domain.EventPosted, "", tasklog.Sizes{Item: 31}),
+	}, nil), nil)
+
+	p := get(t, h, "/")
+	if p.status != http.StatusOK {
+		t.Fatalf("GET /: %d\n%s", p.status, p.body)
+	}
+	got := rows(p.body)
+	if len(got) != 5 {
+		t.Fatalf("%d rows, want 5:\n%s", len(got), p.body)
+	}
+	for i, want := range []struct{ class, text string }{
+		{"event", "posted"},
+		{"event retried", "↻ retried back to pending"},
+		{"event failure", "✗ cancelled"},
+	} {
+		if got[i][0] != want.class || !strings.Contains(got[i][1], want.text) {
+			t.Errorf("row %d: class %q, text %q; want class %q with %q", i, got[i][0], got[i][1], want.class, want.text)
+		}
+	}
+	if strings.Contains(got[2][1], "error: cancelled") {
+		t.Errorf("a cancel says its code twice: %q", got[2][1])
+	}
+	for _, opt := range []string{"<option>cancelled</option>", "<option>retried</option>"} {
+		if strings.Count(p.body, opt) < 1 {
+			t.Errorf("the filters do not offer %s", opt)
+		}
+	}
+	for query, want := range map[string]string{
+		"event=cancelled": idA, "error=cancelled": idA, "event=retried": idA,
+		"event=cancelled&error=cancelled": idA, "event=retried&error=cancelled": "",
+	} {
+		p := get(t, h, "/?"+query)
+		if p.status != http.StatusOK {
+			t.Fatalf("%s: %d\n%s", query, p.status, p.body)
+		}
+		if got := strings.Join(taskLinks(p.body), " "); got != want {
+			t.Errorf("%s: task links %q, want %q", query, got, want)
+		}
+	}
+
+	p = get(t, h, "/tasks/"+host+"/"+queue+"/"+idA)
+	var trail []string
+	for _, r := range rows(p.body) {
+		trail = append(trail, r[0])
+	}
+	if want := "event|event|event failure|event retried"; strings.Join(trail, "|") != want {
+		t.Errorf("trail %q, want %q", strings.Join(trail, "|"), want)
+	}
+}
