@@ -556,56 +556,44 @@ func TestRepairCutClean(t *testing.T) {
 }
 
 // TestRepairCutCleanOfAFailedTask: a task failed by its worker (SPEC §11)
-// has a failed line with its error code before its clean, and that clean
-// is repaired like any other; only a corrupt file's failed line, which no
-// task in the store follows, is left alone.
+// or cancelled (SPEC §12) has a failed-status line with its error code
+// before its clean, and that clean is repaired like any other; only a
+// corrupt file's failed line, which no task in the store follows, is left
+// alone.
 func TestRepairCutCleanOfAFailedTask(t *testing.T) {
 	s := domain.DefaultSettings()
 	s.RetainSeconds = 5
-	w := newWorld(t, s)
-	w.post()
-	w.claim("w1") // stays processing
-	id := w.post().ID
-	w.claim("w2")
-	w.fail(id, "w2", "")
-	w.sweepAfter(6 * time.Second) // cleans id
-	if cut := parse(t, w.cut()); cut.Event != domain.EventCleaned || cut.ID != id {
-		t.Fatalf("cut %s of %s, want cleaned of %s", cut.Event, cut.ID, id)
-	}
-	evs := w.repair()
-	if len(evs) != 1 || evs[0].Kind != domain.EventCleaned || evs[0].Task.ID != id {
-		t.Fatalf("repair appended %v, want the cleaned line of %s", evs, id)
-	}
+	for _, how := range []string{"failed", "cancelled"} {
+		t.Run(how, func(t *testing.T) {
+			w := newWorld(t, s)
+			w.post()
+			w.claim("w1") // stays processing
+			id := w.post().ID
+			if how == "failed" {
+				w.claim("w2")
+				w.fail(id, "w2", "")
+			} else {
+				w.cancel(id)
+			}
+			w.sweepAfter(6 * time.Second) // cleans id
+			if cut := parse(t, w.cut()); cut.Event != domain.EventCleaned || cut.ID != id {
+				t.Fatalf("cut %s of %s, want cleaned of %s", cut.Event, cut.ID, id)
+			}
+			evs := w.repair()
+			if len(evs) != 1 || evs[0].Kind != domain.EventCleaned || evs[0].Task.ID != id || evs[0].Task.Status != domain.Failed {
+				t.Fatalf("repair appended %v, want the cleaned line of %s", evs, id)
+			}
 
-	if err := w.svc.ReportCorrupt(w.ctx, w.q.Host, w.q.Name, "00000000000000c0"); err != nil {
-		t.Fatal(err)
-	}
-	if l := parse(t, w.lines()[len(w.lines())-1]); l.Event != domain.EventFailed || l.Error != domain.CorruptError {
-		t.Fatalf("corrupt line %+v", l)
-	}
-	if evs := w.repair(); len(evs) != 0 {
-		t.Errorf("repair appended %v after a corrupt file's line", kinds(evs))
-	}
-}
-
-// TestRepairCutCleanOfACancelledTask: a cancelled line carries its error
-// code, "cancelled", so the clean cut after it is repaired like any other
-// (it is not mistaken for a corrupt file's line).
-func TestRepairCutCleanOfACancelledTask(t *testing.T) {
-	s := domain.DefaultSettings()
-	s.RetainSeconds = 5
-	w := newWorld(t, s)
-	w.post()
-	w.claim("w1") // stays processing
-	id := w.post().ID
-	w.cancel(id)
-	w.sweepAfter(6 * time.Second) // cleans id
-	if cut := parse(t, w.cut()); cut.Event != domain.EventCleaned || cut.ID != id {
-		t.Fatalf("cut %s of %s, want cleaned of %s", cut.Event, cut.ID, id)
-	}
-	evs := w.repair()
-	if len(evs) != 1 || evs[0].Kind != domain.EventCleaned || evs[0].Task.ID != id || evs[0].Task.Status != domain.Failed {
-		t.Fatalf("repair appended %v, want the cleaned line of %s", evs, id)
+			if err := w.svc.ReportCorrupt(w.ctx, w.q.Host, w.q.Name, "00000000000000c0"); err != nil {
+				t.Fatal(err)
+			}
+			if l := parse(t, w.lines()[len(w.lines())-1]); l.Event != domain.EventFailed || l.Error != domain.CorruptError {
+				t.Fatalf("corrupt line %+v", l)
+			}
+			if evs := w.repair(); len(evs) != 0 {
+				t.Errorf("repair appended %v after a corrupt file's line", kinds(evs))
+			}
+		})
 	}
 }
 

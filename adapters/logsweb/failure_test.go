@@ -45,26 +45,36 @@ func rows(body string) [][2]string {
 	return out
 }
 
-func TestFailuresStandOutByWordAndColour(t *testing.T) {
-	h := logsweb.New(failures(t), nil)
+// row is what a row of the list must be: its class, and text it holds.
+type row struct{ class, text string }
+
+// listRows gets the list of h and checks it has n rows, the first ones as
+// want says; it returns the page and its rows.
+func listRows(t *testing.T, h http.Handler, n int, want ...row) (page, [][2]string) {
+	t.Helper()
 	p := get(t, h, "/")
 	if p.status != http.StatusOK {
 		t.Fatalf("GET /: %d\n%s", p.status, p.body)
 	}
 	got := rows(p.body)
-	if len(got) != 6 {
-		t.Fatalf("%d rows, want 6:\n%s", len(got), p.body)
+	if len(got) != n {
+		t.Fatalf("%d rows, want %d:\n%s", len(got), n, p.body)
 	}
-	for i, want := range []struct{ class, text string }{
-		{"event failure", "✗ timeout"},
-		{"event failure", "✗ failed error: attempts"},
-		{"event", "claimed"},
-		{"event giveback", "↺ released given back"},
-	} {
-		if got[i][0] != want.class || !strings.Contains(got[i][1], want.text) {
-			t.Errorf("row %d: class %q, text %q; want class %q with %q", i, got[i][0], got[i][1], want.class, want.text)
+	for i, w := range want {
+		if got[i][0] != w.class || !strings.Contains(got[i][1], w.text) {
+			t.Errorf("row %d: class %q, text %q; want class %q with %q", i, got[i][0], got[i][1], w.class, w.text)
 		}
 	}
+	return p, got
+}
+
+func TestFailuresStandOutByWordAndColour(t *testing.T) {
+	h := logsweb.New(failures(t), nil)
+	p, got := listRows(t, h, 6,
+		row{"event failure", "✗ timeout"},
+		row{"event failure", "✗ failed error: attempts"},
+		row{"event", "claimed"},
+		row{"event giveback", "↺ released given back"})
 	if strings.Contains(got[0][1], "error: timeout") {
 		t.Errorf("a timeout says its code twice: %q", got[0][1])
 	}
@@ -148,23 +158,10 @@ func TestCancelsAndRetriesStandOut(t *testing.T) {
 		mk(40, idB, domain.EventPosted, "", tasklog.Sizes{Item: 31}),
 	}, nil), nil)
 
-	p := get(t, h, "/")
-	if p.status != http.StatusOK {
-		t.Fatalf("GET /: %d\n%s", p.status, p.body)
-	}
-	got := rows(p.body)
-	if len(got) != 5 {
-		t.Fatalf("%d rows, want 5:\n%s", len(got), p.body)
-	}
-	for i, want := range []struct{ class, text string }{
-		{"event", "posted"},
-		{"event retried", "↻ retried back to pending"},
-		{"event failure", "✗ cancelled"},
-	} {
-		if got[i][0] != want.class || !strings.Contains(got[i][1], want.text) {
-			t.Errorf("row %d: class %q, text %q; want class %q with %q", i, got[i][0], got[i][1], want.class, want.text)
-		}
-	}
+	p, got := listRows(t, h, 5,
+		row{"event", "posted"},
+		row{"event retried", "↻ retried back to pending"},
+		row{"event failure", "✗ cancelled"})
 	if strings.Contains(got[2][1], "error: cancelled") {
 		t.Errorf("a cancel says its code twice: %q", got[2][1])
 	}
