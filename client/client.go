@@ -118,26 +118,58 @@ type Ack struct {
 	Lease *Lease `json:"lease,omitempty"`
 }
 
-// PostOption asks more of a post than its item (SPEC §11).
-type PostOption func(url.Values)
+// PostOption asks more of a post than its item (SPEC §11, §12).
+type PostOption func(*postOptions)
+
+// postOptions are a post's query parameters and headers.
+type postOptions struct {
+	query url.Values
+	key   string // the Idempotency-Key header; "" for none
+}
+
+func newPostOptions(opts []PostOption) postOptions {
+	p := postOptions{query: url.Values{}}
+	for _, opt := range opts {
+		opt(&p)
+	}
+	return p
+}
+
+// path is base with the options' query parameters.
+func (p postOptions) path(base string) string {
+	if len(p.query) == 0 {
+		return base
+	}
+	return base + "?" + p.query.Encode()
+}
 
 // Delay makes the task claimable only d after the server took it
 // (sent in seconds, to the millisecond; 0 to 365 days).
 func Delay(d time.Duration) PostOption {
-	return func(v url.Values) { v.Set("delay", seconds(d)) }
+	return func(p *postOptions) { p.query.Set("delay", seconds(d)) }
 }
 
 // NotBefore makes the task claimable only from t on (sent as Unix
 // milliseconds; the server's clock decides). Give Delay or NotBefore,
 // not both.
 func NotBefore(t time.Time) PostOption {
-	return func(v url.Values) { v.Set("notBefore", strconv.FormatInt(t.UnixMilli(), 10)) }
+	return func(p *postOptions) { p.query.Set("notBefore", strconv.FormatInt(t.UnixMilli(), 10)) }
 }
 
 // Priority sets the task's priority, -1000 to 1000 (default 0): claims
 // take the highest priority first, then the oldest.
 func Priority(n int) PostOption {
-	return func(v url.Values) { v.Set("priority", strconv.Itoa(n)) }
+	return func(p *postOptions) { p.query.Set("priority", strconv.Itoa(n)) }
+}
+
+// Key makes the post idempotent (SPEC §12): it is sent as the
+// Idempotency-Key header (1 to 200 visible ASCII characters). The first
+// post with k on a queue makes the task; a later one, while that task is
+// kept, makes nothing and answers with the first task's id (Submit says
+// which happened); a later one with a different item is a 409
+// idempotency_conflict *Error. A batch takes no key (400).
+func Key(k string) PostOption {
+	return func(p *postOptions) { p.key = k }
 }
 
 // seconds writes d as a number of seconds, to the millisecond.
@@ -147,24 +179,39 @@ func seconds(d time.Duration) string {
 
 // Post posts item (encoded with encoding/json; pass a json.RawMessage to
 // send JSON text as is) to queue and returns the new task's id. It returns
-// once the server has stored the task durably. Options delay it or give it
-// a priority; a bad option is the server's 400 invalid_request.
+// once the server has stored the task durably. Options delay it, give it
+// a priority or an idempotency key (with Key, the id may be that of the
+// task an earlier post with the key made; Submit tells the two apart); a
+// bad option is the server's 400 invalid_request.
 func (c *Client) Post(ctx context.Context, queue string, item any, opts ...PostOption) (string, error) {
-	var created struct {
-		ID string `json:"id"`
+	p, err := c.Submit(ctx, queue, item, opts...)
+	return p.ID, err
+}
+
+// Posted is the server's answer to a post.
+type Posted struct {
+	ID     string `json:"id"`
+	Status string `json:"status"` // the task's status now: "pending" for a new one
+	// Created is true when this post made the task (201); false when an
+	// earlier post with the same Key did (200), and this one made nothing.
+	Created bool `json:"-"`
+}
+
+// Submit is Post with the whole answer: the task's id and status, and
+// whether this post made it or an earlier one with the same Key did.
+func (c *Client) Submit(ctx context.Context, queue string, item any, opts ...PostOption) (Posted, error) {
+	p := newPostOptions(opts)
+	var h http.Header
+	if p.key != "" {
+		h = http.Header{"Idempotency-Key": {p.key}}
 	}
-	path := "/" + url.PathEscape(queue)
-	if len(opts) > 0 {
-		q := url.Values{}
-		for _, opt := range opts {
-			opt(q)
-		}
-		path += "?" + q.Encode()
+	var posted Posted
+	code, err := c.do(ctx, http.MethodPost, p.path("/"+url.PathEscape(queue)), h, item, &posted)
+	if err != nil {
+		return Posted{}, fmt.Errorf("post to %s: %w", queue, err)
 	}
-	if err := c.call(ctx, http.MethodPost, path, item, &created); err != nil {
-		return "", fmt.Errorf("post to %s: %w", queue, err)
-	}
-	return created.ID, nil
+	posted.Created = code == http.StatusCreated
+	return posted, nil
 }
 
 // Status reads the status view of task id. Reading a finished or failed
@@ -289,26 +336,35 @@ func (c *Client) send(ctx context.Context, queue, id, kind, worker string, body 
 	return ack, nil
 }
 
-// errNoContent is how call reports a 204, which only Claim expects.
+// errNoContent is how call reports a 204, which only claims expect.
 var errNoContent = errors.New("no content")
 
 // call sends one request with a JSON body (unless in is nil) and decodes a
 // 2xx JSON answer into out; any other answer becomes a *Error.
 func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
+	_, err := c.do(ctx, method, path, nil, in, out)
+	return err
+}
+
+// do is call with extra request headers, and says which 2xx status came.
+func (c *Client) do(ctx context.Context, method, path string, header http.Header, in, out any) (int, error) {
 	if c.err != nil {
-		return c.err
+		return 0, c.err
 	}
 	var body io.Reader
 	if in != nil {
 		data, err := marshal(in)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		body = bytes.NewReader(data)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.url("http", path), body)
 	if err != nil {
-		return fmt.Errorf("build request: %w", err)
+		return 0, fmt.Errorf("build request: %w", err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -318,19 +374,19 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 	req.Host = c.host
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return err // already names the method and URL
+		return 0, err // already names the method and URL
 	}
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusNoContent:
-		return errNoContent
+		return resp.StatusCode, errNoContent
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
-		return decodeError(resp)
+		return resp.StatusCode, decodeError(resp)
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("%s %s: decode the answer: %w", method, path, err)
+		return resp.StatusCode, fmt.Errorf("%s %s: decode the answer: %w", method, path, err)
 	}
-	return nil
+	return resp.StatusCode, nil
 }
 
 // url is the address of the escaped path on the server, with scheme

@@ -44,6 +44,10 @@ type fakeQueue struct {
 	releases    map[string][]fakeMsg       // the release messages per task
 	failures    map[string]json.RawMessage // the reason of each failed task
 	deadLetters map[string]bool            // failed after maxAttempts
+	handedIn    map[string]int             // results, failures and releases per task
+	// cancelOnClaim cancels each task right after handing it out, so the
+	// cancelled message follows the task on the socket.
+	cancelOnClaim bool
 }
 
 // fakeMsg is every client message the fake understands.
@@ -91,6 +95,7 @@ func startFakeQueue(t *testing.T, tls bool) *fakeQueue {
 		finished: make(chan string, 1000), lease: time.Minute,
 		attempts: map[string]int{}, beats: map[string]int{}, releases: map[string][]fakeMsg{},
 		failures: map[string]json.RawMessage{}, deadLetters: map[string]bool{},
+		handedIn: map[string]int{},
 	}
 	f.srv = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
 	if tls {
@@ -131,6 +136,9 @@ func (f *fakeQueue) dispatch() {
 		f.attempts[task.id]++
 		cl.c.send(map[string]any{"type": "task", "ref": cl.ref, "id": task.id, "item": task.item,
 			"attempts": f.attempts[task.id], "lease": f.newLease()})
+		if f.cancelOnClaim {
+			f.cancelLocked(task.id)
+		}
 	}
 }
 
@@ -213,6 +221,9 @@ func (f *fakeQueue) handle(c *fakeConn, m fakeMsg) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ref, id := m.Ref, m.ID
+	if m.Type == "result" || m.Type == "fail" || m.Type == "release" {
+		f.handedIn[id]++
+	}
 	switch m.Type {
 	case "claim":
 		f.claims = append(f.claims, fakeClaim{c, ref})
@@ -260,6 +271,36 @@ func (f *fakeQueue) handle(c *fakeConn, m fakeMsg) {
 	default:
 		c.send(map[string]any{"type": "error", "ref": ref, "error": "invalid_message", "message": "unknown type " + m.Type})
 	}
+}
+
+// cancel fails task id with error "cancelled", as DELETE /q/{id} does:
+// a pending task leaves the queue, and the socket holding a leased one is
+// sent {"type": "cancelled", "id"} at once (SPEC §12). Later results and
+// failures of it are answered accepted false.
+func (f *fakeQueue) cancel(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cancelLocked(id)
+}
+
+func (f *fakeQueue) cancelLocked(id string) {
+	if f.ended(id) {
+		return
+	}
+	f.failures[id] = json.RawMessage(`"cancelled"`)
+	f.removePending(id)
+	if holder := f.leased[id]; holder != nil {
+		delete(f.leased, id)
+		holder.send(map[string]any{"type": "cancelled", "id": id})
+	}
+}
+
+// handedInCount is how many results, failures and releases of task id
+// came in, accepted or not.
+func (f *fakeQueue) handedInCount(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.handedIn[id]
 }
 
 func (f *fakeQueue) removePending(id string) {

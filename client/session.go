@@ -66,14 +66,26 @@ type session struct {
 	nextRef int64
 	waiting map[int64]chan message
 
+	// held are the tasks handed out on this socket whose handlers may
+	// still run: task id -> closed when the server says it was cancelled.
+	held map[string]*signal
+
 	done chan struct{} // closed when the reader stops: the socket is gone
 	err  error         // why; written before done is closed
 }
 
+// signal is closed once, on the first fire.
+type signal struct {
+	once sync.Once
+	c    chan struct{}
+}
+
+func (g *signal) fire() { g.once.Do(func() { close(g.c) }) }
+
 func newSession(conn *websocket.Conn, log *slog.Logger) *session {
 	s := &session{
 		conn: conn, log: log, started: time.Now(),
-		waiting: map[int64]chan message{}, done: make(chan struct{}),
+		waiting: map[int64]chan message{}, held: map[string]*signal{}, done: make(chan struct{}),
 	}
 	alive := func() { _ = conn.SetReadDeadline(time.Now().Add(peerTimeout)) }
 	alive()
@@ -107,6 +119,10 @@ func (s *session) read(alive func()) {
 			s.log.Warn("ignoring a worker socket message that is not JSON", "error", err)
 			continue
 		}
+		if m.Type == "cancelled" && m.Ref == nil {
+			s.cancelled(m.ID)
+			continue
+		}
 		if m.Ref == nil {
 			s.log.Warn("ignoring a worker socket message without a ref", "type", m.Type, "code", m.Error, "message", m.Message)
 			continue
@@ -117,6 +133,11 @@ func (s *session) read(alive func()) {
 		s.mu.Unlock()
 		switch {
 		case ok:
+			if m.Type == "task" {
+				// Before the claim sees it, so a cancel right behind it
+				// is not missed.
+				s.hold(m.ID)
+			}
 			ch <- m // buffered: never blocks
 		case m.Type == "task":
 			// Its claim was given up (the worker is draining): nobody runs
@@ -124,6 +145,46 @@ func (s *session) read(alive func()) {
 			s.log.Info("task arrived after its claim was given up; it goes back to the queue when the socket closes", "task", m.ID)
 		}
 	}
+}
+
+// hold starts watching for a cancel of task id.
+func (s *session) hold(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held[id] == nil {
+		s.held[id] = &signal{c: make(chan struct{})}
+	}
+}
+
+// cancelSignal is closed when the server cancels task id, which must be
+// held; release forgets it.
+func (s *session) cancelSignal(id string) (cancelled <-chan struct{}, release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g := s.held[id]
+	if g == nil { // not handed out here: never cancelled through this socket
+		return nil, func() {}
+	}
+	return g.c, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.held[id] == g {
+			delete(s.held, id)
+		}
+	}
+}
+
+// cancelled handles the server's {"type": "cancelled", "id"}: the task's
+// handler, if it still runs, has its context cancelled.
+func (s *session) cancelled(id string) {
+	s.mu.Lock()
+	g := s.held[id]
+	s.mu.Unlock()
+	if g == nil {
+		s.log.Info("a task not running here was cancelled", "task", id)
+		return
+	}
+	g.fire()
 }
 
 // ping keeps the connection observably alive in both directions.

@@ -18,6 +18,11 @@ type Task struct {
 	// report sends progress the way the task was claimed: over HTTP, or
 	// over the worker socket.
 	report reporter
+	// cancelled is closed when the server cancels the task (over the
+	// worker socket; nil for a task claimed over HTTP); release stops
+	// watching.
+	cancelled <-chan struct{}
+	release   func()
 }
 
 type reporter interface {

@@ -33,7 +33,9 @@ import (
 //
 // Release and Failure may be wrapped (fmt.Errorf with %w) or pointers.
 //
-// ctx ends when the Worker is stopped hard (Run's context ends); Drain
+// ctx ends when the Worker is stopped hard (Run's context ends), and when
+// the server cancels the task (context.Cause(ctx) is then ErrCancelled:
+// stop the work; whatever the handler returns is not handed in); Drain
 // lets handlers finish.
 type Handler func(ctx context.Context, t *Task) (result any, err error)
 
@@ -97,7 +99,9 @@ type Outcome struct {
 	// Err is the handler's error (other than Release and Failure), or the
 	// error from handing in: a *Error with code "invalid_result" or
 	// "invalid_failure" when the queue's schema refused the result or the
-	// reason, or ctx's error when the worker stopped hard.
+	// reason, or ctx's error when the worker stopped hard. It is
+	// ErrCancelled when the server cancelled the task while the handler
+	// ran; Sent is then "" and Ack.Status "failed".
 	Err error
 	// Took is how long the handler ran.
 	Took time.Duration
@@ -110,6 +114,13 @@ const maxConcurrency = 256
 // count as new trouble, starting the backoff over from MinBackoff; a
 // server that accepts and drops at once is not hammered.
 const stableAfter = 10 * time.Second
+
+// ErrCancelled is the Outcome.Err of a task the server cancelled while its
+// handler ran (SPEC §12: {"type": "cancelled"} on the worker socket), and
+// the cause (context.Cause) of the handler's context, which is cancelled
+// then so the work can stop. Nothing is handed in for such a task: it is
+// failed already, with error "cancelled".
+var ErrCancelled = errors.New("client: the task was cancelled")
 
 // errStopped: a claim was given up because the worker is draining.
 var errStopped = errors.New("worker draining")
@@ -247,6 +258,7 @@ func (r *run) claim() (*Task, bool) {
 		case err == nil && reply.Type == "task":
 			t := claim{ID: reply.ID, Item: reply.Item, Attempts: reply.Attempts, Lease: reply.Lease}.task(r.w.Queue)
 			t.report = socketReporter{s}
+			t.cancelled, t.release = s.cancelSignal(t.ID)
 			return t, true
 		case err == nil:
 			r.log.Warn("unexpected answer to a claim; claiming again", "type", reply.Type)
@@ -260,16 +272,36 @@ func (r *run) claim() (*Task, bool) {
 	}
 }
 
-// handle runs the handler, with heartbeats, and hands in what it returned.
+// handle runs the handler, with heartbeats, and hands in what it returned;
+// for a task the server cancelled meanwhile, nothing.
 func (r *run) handle(t *Task) {
+	if t.release != nil {
+		defer t.release()
+	}
 	if r.ctx.Err() != nil {
 		return // stopped hard as the task arrived: the server re-queues it
 	}
+	ctx, cancel := context.WithCancelCause(r.ctx)
+	defer cancel(nil)
+	watched := make(chan struct{})
+	defer close(watched)
+	go func() {
+		select {
+		case <-t.cancelled: // nil for a task not claimed on a socket: never
+			cancel(ErrCancelled)
+		case <-watched:
+		}
+	}()
 	started := time.Now()
-	stop := r.beat(t)
-	result, err := r.w.Handler(r.ctx, t)
+	stop := r.beat(ctx, t)
+	result, err := r.w.Handler(ctx, t)
 	stop()
 	o := Outcome{Task: t, Took: time.Since(started)}
+	if errors.Is(context.Cause(ctx), ErrCancelled) {
+		o.Err, o.Ack = ErrCancelled, Ack{Status: "failed"}
+		r.done(o)
+		return
+	}
 	m, err := handIn(t.ID, result, err)
 	if err != nil {
 		o.Err = err
@@ -382,8 +414,8 @@ func beatEvery(until int64, now time.Time) time.Duration {
 // socket t was claimed on. It stops early when a heartbeat is refused
 // (the lease is gone: it lapsed, or someone finished or failed the task)
 // or that socket closed (the server re-queued the task).
-func (r *run) beat(t *Task) (stop func()) {
-	ctx, cancel := context.WithCancel(r.ctx)
+func (r *run) beat(parent context.Context, t *Task) (stop func()) {
+	ctx, cancel := context.WithCancel(parent)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		every := beatEvery(t.Lease.Until, time.Now())
@@ -420,6 +452,8 @@ func (r *run) done(o Outcome) {
 	}
 	t := o.Task
 	switch {
+	case errors.Is(o.Err, ErrCancelled):
+		r.log.Info("task cancelled by the server", "task", t.ID)
 	case r.ctx.Err() != nil && o.Err != nil:
 		r.log.Info("task abandoned as the worker stopped; the server re-queues it", "task", t.ID)
 	case o.Err != nil:

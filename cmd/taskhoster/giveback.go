@@ -68,6 +68,12 @@ func giveBack(name, synopsis string, args []string, stdout, stderr io.Writer) in
 	} else {
 		ack, err = c.Fail(ctx, pos[0], pos[1], *worker, why)
 	}
+	return printAck(name, ack, err, stdout, stderr)
+}
+
+// printAck prints the server's answer as a JSON line; exit 1 when it came
+// with an error or was not accepted.
+func printAck(name string, ack client.Ack, err error, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, name, err)
 	}

@@ -17,8 +17,10 @@ Usage:
 
 As a client (each takes --server URL, --host NAME, --token T, or
 TASKHOSTER_SERVER, TASKHOSTER_HOST, TASKHOSTER_TOKEN):
-  taskhoster post QUEUE [ITEM] [--delay S | --not-before MS] [--priority N]
-                                   post ITEM (JSON; stdin when - or absent), print the id
+  taskhoster post QUEUE [ITEM] [--delay S | --not-before MS] [--priority N] [--key K]
+                                   post ITEM (JSON; stdin when - or absent), print the id;
+                                   --key K posts once per key (an earlier task's id after)
+  taskhoster post QUEUE --batch    post one item per line of stdin, print the ids
   taskhoster status QUEUE ID       print the task's status view as JSON
   taskhoster watch QUEUE ID        print each status view as a JSON line until it ends
   taskhoster work QUEUE --exec CMD [--concurrency N] [--query JSON] [--worker NAME]
@@ -29,6 +31,17 @@ TASKHOSTER_SERVER, TASKHOSTER_HOST, TASKHOSTER_TOKEN):
                                    give a leased task back to the queue
   taskhoster fail QUEUE ID [--reason JSON] [--worker NAME]
                                    fail a task for good (error "failed")
+
+Operating a queue (the queue's "manage" access; cancel also for the poster):
+  taskhoster tasks QUEUE [--status S] [--newest] [--limit N] [--after C] [--query JSON] [--all]
+                                   print a page of tasks as JSON lines; "next: C" on stderr
+  taskhoster cancel QUEUE ID       fail a pending or processing task (error "cancelled")
+  taskhoster retry QUEUE ID        put a failed task back to pending
+  taskhoster purge QUEUE --status failed|finished
+                                   delete every task of that status, print how many
+  taskhoster pause QUEUE           claims wait until resume (posts are still taken)
+  taskhoster resume QUEUE          end a pause
+
   taskhoster logs pull|serve       mirror the event log locally and browse it (see logs -h)
 `
 
@@ -62,6 +75,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return release(rest, stdout, stderr)
 	case "fail":
 		return failCmd(rest, stdout, stderr)
+	case "cancel":
+		return cancelCmd(rest, stdout, stderr)
+	case "retry":
+		return retryCmd(rest, stderr)
+	case "purge":
+		return purgeCmd(rest, stdout, stderr)
+	case "pause":
+		return pauseCmd(rest, stderr, true)
+	case "resume":
+		return pauseCmd(rest, stderr, false)
+	case "tasks":
+		return tasksCmd(rest, stdout, stderr)
 	case "logs":
 		return logsCmd(rest, stdout, stderr)
 	case "-h", "-help", "--help", "help":

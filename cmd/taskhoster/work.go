@@ -43,7 +43,9 @@ If the queue's schema refuses that, it says so and the task goes back to the
 queue when its lease lapses.
 
 One line per task on stderr: its id, the outcome (finished, released,
-failed, refused or abandoned) and how long CMD ran. With --once it exits 1
+failed, refused, cancelled or abandoned) and how long CMD ran. A task
+cancelled while CMD runs (taskhoster cancel) has CMD killed and nothing
+handed in. With --once it exits 1
 when it could not hand anything in (a schema refused it, the server could
 not be reached, it was stopped).
 
@@ -170,6 +172,8 @@ func (r *reporter) done(o client.Outcome) {
 	}
 	var refused *client.Error
 	switch {
+	case errors.Is(o.Err, client.ErrCancelled):
+		why = append(why, "the server cancelled it; the command was stopped and nothing handed in")
 	case errors.As(o.Err, &refused) && (refused.Code == "invalid_result" || refused.Code == "invalid_failure"):
 		what := map[string]string{"invalid_result": "result", "invalid_failure": "reason"}[refused.Code]
 		why = append(why, fmt.Sprintf("the queue's %s schema refused the %s; the task goes back to the queue "+
@@ -199,6 +203,8 @@ func (r *reporter) done(o client.Outcome) {
 // worker (nothing handed in, or refused) rather than of the command.
 func outcomeOf(o client.Outcome) (string, bool) {
 	switch {
+	case errors.Is(o.Err, client.ErrCancelled):
+		return "cancelled", false
 	case errors.Is(o.Err, context.Canceled):
 		return "abandoned", true
 	case o.Err != nil:
