@@ -25,6 +25,9 @@ func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 func printEnv(fs *flag.FlagSet, w io.Writer) {
 	fmt.Fprint(w, "\nEnvironment (a flag wins):\n")
 	fs.VisitAll(func(f *flag.Flag) {
+		if noEnv[f.Name] {
+			return
+		}
 		fmt.Fprintf(w, "  %-26s --%s\n", envName(f.Name), f.Name)
 	})
 }
@@ -40,7 +43,7 @@ func parse(fs *flag.FlagSet, args []string) error {
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] || err != nil {
+		if given[f.Name] || noEnv[f.Name] || err != nil {
 			return
 		}
 		env := envName(f.Name)
@@ -52,6 +55,12 @@ func parse(fs *flag.FlagSet, args []string) error {
 	})
 	return err
 }
+
+// noEnv are the flags that describe one call, not a setting: a stray
+// TASKHOSTER_KEY in a shell would give every post the same idempotency key
+// (and so make one task of them all), a TASKHOSTER_BATCH turn every post
+// into a batch. They come from the command line only.
+var noEnv = map[string]bool{"key": true, "batch": true}
 
 // envName is the environment variable of flag name: TASKHOSTER_<NAME>.
 func envName(name string) string {
