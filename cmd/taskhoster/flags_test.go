@@ -1,0 +1,35 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+)
+
+// A flag that describes one call never comes from the environment; a
+// setting does.
+func TestPerCallFlagsIgnoreTheEnvironment(t *testing.T) {
+	t.Setenv("TASKHOSTER_KEY", "stray")
+	t.Setenv("TASKHOSTER_BATCH", "true")
+	t.Setenv("TASKHOSTER_SERVER", "http://127.0.0.1:1")
+	fs := flag.NewFlagSet("post", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	key := fs.String("key", "", "")
+	batch := fs.Bool("batch", false, "")
+	server := fs.String("server", "", "")
+	if err := parse(fs, nil); err != nil {
+		t.Fatal(err)
+	}
+	if *key != "" || *batch {
+		t.Errorf("key %q, batch %v taken from the environment", *key, *batch)
+	}
+	if *server != "http://127.0.0.1:1" {
+		t.Errorf("server %q, want it from TASKHOSTER_SERVER", *server)
+	}
+	var help strings.Builder
+	printEnv(fs, &help)
+	if strings.Contains(help.String(), "TASKHOSTER_KEY") || !strings.Contains(help.String(), "TASKHOSTER_SERVER") {
+		t.Errorf("help lists:\n%s", help.String())
+	}
+}
