@@ -112,6 +112,9 @@ func (s *Store) scan() ([][]*stateDir, error) {
 }
 
 func (s *Store) scanQueue(ref domain.QueueRef, stages [][]*stateDir) error {
+	if err := s.scanPaused(ref); err != nil {
+		return err
+	}
 	// Spares a crash left behind (spares.go) hold nothing of value.
 	if err := os.RemoveAll(filepath.Join(s.files.queuePath(ref), spareDir)); err != nil {
 		s.log.Error("cannot remove leftover spare files", zap.String("host", ref.Host), zap.String("queue", ref.Queue), zap.Error(err))

@@ -37,6 +37,7 @@ type Store struct {
 	lock  *os.File
 
 	recovered []Corrupt // what the start-up scan quarantined; fixed after Open
+	pauses    pauses    // the paused queues (pauses.go)
 }
 
 // Option configures Open.

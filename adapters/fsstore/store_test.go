@@ -10,3 +10,7 @@ import (
 func TestContract(t *testing.T) {
 	contract.TestRepository(t, func(t *testing.T) ports.TaskRepository { return mustOpen(t, t.TempDir()) })
 }
+
+func TestPauses(t *testing.T) {
+	contract.TestPauses(t, func(t *testing.T) ports.Pauses { return mustOpen(t, t.TempDir()) })
+}

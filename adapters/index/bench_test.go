@@ -300,3 +300,25 @@ func p99(took []time.Duration) float64 {
 	slices.Sort(took)
 	return float64(took[len(took)*99/100].Nanoseconds())
 }
+
+// BenchmarkListFirstPage is the first page (100 tasks) of a queue of a
+// million pending tasks, oldest and newest first (issue 13: a few ms).
+func BenchmarkListFirstPage(b *testing.B) {
+	const tasks = 1_000_000
+	s := index.New()
+	for n := range tasks {
+		if _, err := s.Load(benchTask(b, n, "image")); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, newest := range []bool{false, true} {
+		b.Run(fmt.Sprintf("newest=%v", newest), func(b *testing.B) {
+			for b.Loop() {
+				got, next, err := s.List(context.Background(), benchRef, ports.ListQuery{Status: domain.Pending, Newest: newest, Limit: 100})
+				if err != nil || len(got) != 100 || next == "" {
+					b.Fatalf("page of %d, next %q, %v", len(got), next, err)
+				}
+			}
+		})
+	}
+}

@@ -22,7 +22,8 @@ import (
 //   - Pointers of the record (postedBy, lease, finishedAt, fetchedAt,
 //     notBefore) become a flag bit and a plain value; progress, result,
 //     error and failure, which a pending task never has (but for a
-//     given-back one's failure), live in a separate, optional outcome.
+//     given-back one's failure, and the idempotency key of a task posted
+//     with one), live in a separate, optional outcome.
 //   - attempts and priority are small numbers (int32, int16) packed with
 //     the state and flags into one word; a record whose values do not fit
 //     keeps them whole in its outcome's rare part (hasWide). So a record
@@ -57,10 +58,11 @@ type outcome struct {
 	rare     *rare
 }
 
-// rare holds what few records have: a failure reason, and attempts or a
-// priority too large for the entry's packed fields.
+// rare holds what few records have: a failure reason, an idempotency key,
+// and attempts or a priority too large for the entry's packed fields.
 type rare struct {
 	failure  json.RawMessage
+	key      string
 	attempts int // valid when the entry has hasWide
 	priority int // likewise
 }
@@ -183,14 +185,15 @@ func newEntry(t domain.Task) (*entry, error) {
 		e.notBefore = *t.NotBefore
 	}
 	wide := int(e.attempts) != t.Attempts || int(e.priority) != t.Priority
-	if len(t.Progress) > 0 || len(t.Result) > 0 || t.Error != nil || len(t.Failure) > 0 || wide {
+	isRare := len(t.Failure) > 0 || t.IdempotencyKey != "" || wide
+	if len(t.Progress) > 0 || len(t.Result) > 0 || t.Error != nil || isRare {
 		e.more = &outcome{progress: t.Progress, result: t.Result}
 		if t.Error != nil {
 			e.flags |= hasError
 			e.more.error = unique.Make(*t.Error)
 		}
-		if len(t.Failure) > 0 || wide {
-			e.more.rare = &rare{failure: t.Failure}
+		if isRare {
+			e.more.rare = &rare{failure: t.Failure, key: t.IdempotencyKey}
 		}
 		if wide {
 			e.flags |= hasWide
@@ -238,6 +241,7 @@ func (e *entry) task(host, queue string) domain.Task {
 		}
 		if r := e.more.rare; r != nil {
 			t.Failure = r.failure
+			t.IdempotencyKey = r.key
 			if e.flags&hasWide != 0 {
 				t.Attempts, t.Priority = r.attempts, r.priority
 			}
@@ -247,6 +251,14 @@ func (e *entry) task(host, queue string) domain.Task {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// key is e's idempotency key ("": none).
+func (e *entry) key() string {
+	if e.more == nil || e.more.rare == nil {
+		return ""
+	}
+	return e.more.rare.key
+}
 
 // prio is e's priority.
 func (e *entry) prio() int {

@@ -29,6 +29,11 @@ type queue struct {
 	// busy holds the tasks with a change being written, each with a
 	// channel closed once the change is stored or refused.
 	busy map[uint64]chan struct{}
+	// keys holds the idempotency keys of the queue's tasks, each with the
+	// id of the task holding it: every indexed task with a key, and every
+	// task with a key whose Create is being written (so that a key is
+	// taken from the moment a Create decides to store it).
+	keys map[string]uint64
 }
 
 // degree is the B-trees' degree: nodes of up to 63 pointers keep the trees
@@ -38,7 +43,7 @@ const degree = 32
 func newTree() *btree.BTreeG[*entry] { return btree.NewG(degree, before) }
 
 func newQueue(ref domain.QueueRef) *queue {
-	q := &queue{ref: ref, byID: make(map[uint64]*entry), views: newViews(), busy: make(map[uint64]chan struct{}), pending: newPendingSet()}
+	q := &queue{ref: ref, byID: make(map[uint64]*entry), views: newViews(), busy: make(map[uint64]chan struct{}), keys: make(map[string]uint64), pending: newPendingSet()}
 	for _, d := range []int{dirProcessing, dirDone} {
 		q.dirs[d] = newTree()
 	}
@@ -63,12 +68,15 @@ func (q *queue) idle(id string) (*entry, bool) {
 	if !ok {
 		return nil, false
 	}
-	for {
-		done := q.busy[n]
-		if done == nil {
-			e, ok := q.byID[n]
-			return e, ok
-		}
+	q.settle(n)
+	e, ok := q.byID[n]
+	return e, ok
+}
+
+// settle waits until no change of task n is being written. It may let go
+// of q.mu while it waits.
+func (q *queue) settle(n uint64) {
+	for done := q.busy[n]; done != nil; done = q.busy[n] {
 		q.mu.Unlock()
 		<-done
 		q.mu.Lock()
@@ -155,10 +163,18 @@ func (q *queue) unindex(e *entry) {
 	}
 }
 
-// remove forgets e.
+// remove forgets e, and frees its idempotency key.
 func (q *queue) remove(e *entry) {
 	delete(q.byID, e.id)
 	q.unindex(e)
+	q.freeKey(e.key(), e.id)
+}
+
+// freeKey frees key k if task id holds it.
+func (q *queue) freeKey(k string, id uint64) {
+	if holder, ok := q.keys[k]; ok && holder == id && k != "" {
+		delete(q.keys, k)
+	}
 }
 
 // Budgets of one hold of the queue's lock by a claim's scan for a new query:

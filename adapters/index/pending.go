@@ -155,7 +155,13 @@ func (ps *pendingSet) ascend(r rank, after bool, fn func(*entry) bool) {
 
 // each calls fn with every task of the set by (EligibleAt, id), until fn
 // returns false.
-func (ps *pendingSet) each(fn func(*entry) bool) {
+func (ps *pendingSet) each(fn func(*entry) bool) { ps.walk(nil, false, fn) }
+
+// walk calls fn with the tasks of the set by (EligibleAt, id), or in the
+// reverse order when desc is set, from the first one past from (all of them
+// when from is nil), until fn returns false. from sorts as a task does (it
+// need not be in the set: a pivot, or a task gone since).
+func (ps *pendingSet) walk(from *entry, desc bool, fn func(*entry) bool) {
 	var trees []*btree.BTreeG[*entry]
 	for _, l := range ps.levels {
 		trees = append(trees, l.tasks)
@@ -167,14 +173,18 @@ func (ps *pendingSet) each(fn func(*entry) bool) {
 	case 0:
 		return
 	case 1:
-		trees[0].Ascend(fn)
+		walkTree(trees[0], eligibleBefore, from, desc, fn)
 		return
 	}
 	// Merge: the trees are few (one per priority in use, and delayed).
+	first := eligibleBefore
+	if desc {
+		first = func(a, b *entry) bool { return eligibleBefore(b, a) }
+	}
 	heads := make([]*entry, len(trees))
 	nexts := make([]func() (*entry, bool), len(trees))
 	for i, tr := range trees {
-		next, stop := iter.Pull(func(yield func(*entry) bool) { tr.Ascend(yield) })
+		next, stop := iter.Pull(func(yield func(*entry) bool) { walkTree(tr, eligibleBefore, from, desc, yield) })
 		defer stop()
 		nexts[i] = next
 		heads[i], _ = next()
@@ -182,7 +192,7 @@ func (ps *pendingSet) each(fn func(*entry) bool) {
 	for {
 		best := -1
 		for i, h := range heads {
-			if h != nil && (best < 0 || eligibleBefore(h, heads[best])) {
+			if h != nil && (best < 0 || first(h, heads[best])) {
 				best = i
 			}
 		}
@@ -190,5 +200,30 @@ func (ps *pendingSet) each(fn func(*entry) bool) {
 			return
 		}
 		heads[best], _ = nexts[best]()
+	}
+}
+
+// walkTree calls fn with tr's entries in order (less is tr's), or in the
+// reverse order when desc is set, from the first one past from (all when
+// from is nil), until fn returns false.
+func walkTree(tr *btree.BTreeG[*entry], less func(a, b *entry) bool, from *entry, desc bool, fn func(*entry) bool) {
+	if from == nil {
+		if desc {
+			tr.Descend(fn)
+		} else {
+			tr.Ascend(fn)
+		}
+		return
+	}
+	past := func(e *entry) bool {
+		if !less(e, from) && !less(from, e) {
+			return true // from itself
+		}
+		return fn(e)
+	}
+	if desc {
+		tr.DescendLessOrEqual(from, past)
+	} else {
+		tr.AscendGreaterOrEqual(from, past)
 	}
 }

@@ -46,6 +46,8 @@ func TestEntryRoundTrip(t *testing.T) {
 		"priority 32768":   func(t *domain.Task) { t.Priority = 32768 },
 		"attempts wide":    func(t *domain.Task) { t.Attempts = 1 << 33 },
 		"failure":          func(t *domain.Task) { t.Failure = json.RawMessage(`{"exitCode":3}`) },
+		"key":              func(t *domain.Task) { t.IdempotencyKey = "order-17" },
+		"key and failure":  func(t *domain.Task) { t.IdempotencyKey = "k"; t.Failure = json.RawMessage(`2`) },
 		"failure and wide": func(t *domain.Task) { t.Failure = json.RawMessage(`1`); t.Attempts = 1 << 31 },
 		"done with all": func(t *domain.Task) {
 			t.Status, t.Attempts, t.Priority, t.NotBefore = domain.Failed, 3, 7, &nb

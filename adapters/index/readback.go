@@ -50,7 +50,7 @@ func readsBackAsIs(t domain.Task) bool {
 			return false
 		}
 	}
-	for _, s := range []*string{&t.ID, &t.Host, &t.Queue, (*string)(&t.Status), t.PostedBy, t.Error} {
+	for _, s := range []*string{&t.ID, &t.Host, &t.Queue, (*string)(&t.Status), t.PostedBy, t.Error, &t.IdempotencyKey} {
 		if s != nil && !utf8.ValidString(*s) {
 			return false
 		}

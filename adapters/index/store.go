@@ -54,6 +54,8 @@ type Store struct {
 
 	mu     sync.RWMutex // guards queues, not what is in them
 	queues map[domain.QueueRef]*queue
+
+	pauses pauses // (list.go)
 }
 
 // Option configures New.
@@ -91,6 +93,13 @@ func (s *Store) Load(t domain.Task) (replaced domain.Status, err error) {
 	defer q.mu.Unlock()
 	old := q.byID[e.id]
 	q.put(old, e)
+	if k := e.key(); k != "" {
+		// Two tasks holding one key (which no run of this store leaves
+		// behind) keep the key with the first one loaded.
+		if _, held := q.keys[k]; !held {
+			q.keys[k] = e.id
+		}
+	}
 	if old == nil {
 		return "", nil
 	}
@@ -117,8 +126,11 @@ func (s *Store) lookup(ref domain.QueueRef, create bool) *queue {
 
 // Create stores a new task. The host, queue and id must be valid names (a
 // durable store makes paths of them); the id must be free in its queue, or
-// Create fails with domain.ErrExists. then, if not nil, is called as
-// ports.TaskRepository describes.
+// Create fails with domain.ErrExists; its idempotency key, if any, must be
+// free in its queue, or Create fails with domain.ErrKeyTaken. The key is
+// taken under the queue's lock before the task is written, so of two
+// Creates with one key exactly one is stored. then, if not nil, is called
+// as ports.TaskRepository describes.
 func (s *Store) Create(ctx context.Context, t domain.Task, then ports.Then) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("create task %s: %w", t.ID, err)
@@ -137,9 +149,17 @@ func (s *Store) Create(ctx context.Context, t domain.Task, then ports.Then) erro
 	if _, taken := q.byID[e.id]; taken || q.busy[e.id] != nil {
 		return fmt.Errorf("create task %s: %w", t.ID, domain.ErrExists)
 	}
+	k := e.key()
+	if k != "" {
+		if _, taken := q.keys[k]; taken {
+			return fmt.Errorf("create task %s: %w", t.ID, domain.ErrKeyTaken)
+		}
+		q.keys[k] = e.id
+	}
 	done := q.reserve(e.id)
 	defer q.release(e.id, done)
 	if err := q.unlocked(func() error { return s.persist.Put(nil, stored, data) }); err != nil {
+		q.freeKey(k, e.id)
 		return err
 	}
 	q.put(nil, e)
@@ -391,14 +411,32 @@ func checkUpdate(cur, next domain.Task) (domain.Task, []byte, error) {
 	return stored, data, nil
 }
 
-// ByKey returns the task of ref holding idempotency key k.
-// TODO(issue 13): keys are not indexed yet.
+// ByKey returns the current record of the task of ref holding idempotency
+// key k. A task whose Create is being written holds its key already: ByKey
+// waits for the write, and finds the task once it is stored (and its Then
+// has run), or no task if the write failed.
 func (s *Store) ByKey(ctx context.Context, ref domain.QueueRef, k string) (domain.Task, error) {
-	return domain.Task{}, domain.ErrNotFound
-}
-
-// List returns a page of ref's tasks.
-// TODO(issue 13): not built yet.
-func (s *Store) List(ctx context.Context, ref domain.QueueRef, l ports.ListQuery) ([]domain.Task, string, error) {
-	return nil, "", nil
+	if err := ctx.Err(); err != nil {
+		return domain.Task{}, fmt.Errorf("task by key: %w", err)
+	}
+	q := s.lookup(ref, false)
+	if q == nil {
+		return domain.Task{}, domain.ErrNotFound
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for {
+		id, ok := q.keys[k]
+		if !ok {
+			return domain.Task{}, domain.ErrNotFound
+		}
+		if q.busy[id] == nil {
+			e, ok := q.byID[id]
+			if !ok {
+				return domain.Task{}, domain.ErrNotFound
+			}
+			return q.task(e), nil
+		}
+		q.settle(id) // then look again: the key may have changed hands
+	}
 }

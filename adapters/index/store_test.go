@@ -311,3 +311,7 @@ func TestUpdateRefusesIllegalMoves(t *testing.T) {
 // epochNow is when these tests' claims look for claimable tasks: after any
 // time they use, as none of them delays a task.
 var epochNow = time.UnixMilli(1751500000000).Add(1000 * time.Hour)
+
+func TestPauses(t *testing.T) {
+	contract.TestPauses(t, func(t *testing.T) ports.Pauses { return index.New() })
+}

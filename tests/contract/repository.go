@@ -68,6 +68,13 @@ func TestRepository(t *testing.T, open func(t *testing.T) ports.TaskRepository) 
 		{"Due", testDue},
 		{"EachByEligibleAt", testEachByEligibleAt},
 		{"DelaysAgainstModel", testDelaysAgainstModel},
+		{"Keys", testKeys},
+		{"KeyRace", testKeyRace},
+		{"ListOrder", testListOrder},
+		{"ListDone", testListDone},
+		{"ListMatch", testListMatch},
+		{"ListPagingUnderChurn", testListPagingUnderChurn},
+		{"ListBadCursor", testListBadCursor},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

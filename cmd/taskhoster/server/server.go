@@ -248,11 +248,12 @@ var ServiceModule = fx.Module("app",
 		Metrics  *metrics.Metrics
 		Logger   *zap.Logger
 		Config   Config
+		Store    *fsstore.Store // keeps the pauses, in the items folder
 	}) *app.Service {
 		return app.New(app.Deps{
 			Repo: d.Repo, Syncer: d.Syncer, Log: d.Log, Notifier: d.Notifier,
 			Clock: d.Clock, Compiler: d.Compiler, Observer: d.Metrics, Logger: d.Logger,
-			MaxWaiting: d.Config.MaxWaiting,
+			MaxWaiting: d.Config.MaxWaiting, Pauses: d.Store,
 		})
 	}),
 	fx.Invoke(func(lc fx.Lifecycle, cfg Config, svc *app.Service, store *fsstore.Store, config ports.Config, logger *zap.Logger) {
