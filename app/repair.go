@@ -400,8 +400,13 @@ func missingEvent(t domain.Task, last seenLine, found bool) (domain.Event, bool)
 		// A fetch is the last change a task can have (only a clean, which
 		// deletes it, comes after).
 		ev.Kind = domain.EventFetched
+	case t.Status == domain.Pending && t.Attempts == 0 && found && last.status == domain.Failed:
+		// Failed in its line, pending now with a fresh attempts budget:
+		// only a retry puts a failed task back (SPEC §12).
+		ev.Kind = domain.EventRetried
 	case t.Status == domain.Pending && t.Attempts == 0:
-		// Pending and never claimed: only a post makes that.
+		// Pending and never claimed (or, after a retry, not since): only
+		// a post makes that when the line before it was not a failure.
 		ev.Kind = domain.EventPosted
 	case t.Status == domain.Pending && gaveBackWithReason(t, last, found):
 		// Claimed before and pending again with a new failure: only its
@@ -432,6 +437,11 @@ func missingEvent(t domain.Task, last seenLine, found bool) (domain.Event, bool)
 		// way the line is failed, with the task's error code; like a
 		// result's, a failure is named after the claim's holder.
 		ev.Kind, ev.Worker = domain.EventFailed, lastWorker
+	case t.Status == domain.Failed && t.Error != nil && *t.Error == domain.CancelledError:
+		// Cancelled by a user (SPEC §12): the line names the worker that
+		// held the lease, if it was processing under the claim its line
+		// tells, and nobody if it was pending.
+		ev.Kind, ev.Worker = domain.EventCancelled, lastWorker
 	default:
 		return domain.Event{}, false
 	}

@@ -175,6 +175,22 @@ func (w *world) fail(id, worker, why string) {
 	}
 }
 
+func (w *world) cancel(id string) {
+	w.t.Helper()
+	w.step()
+	if out, err := w.svc.Cancel(w.ctx, w.q, id, app.Canceller{Manage: true}); err != nil || !out.Accepted {
+		w.t.Fatalf("cancel: %+v %v", out, err)
+	}
+}
+
+func (w *world) retry(id string) {
+	w.t.Helper()
+	w.step()
+	if _, err := w.svc.RetryTask(w.ctx, w.q, id); err != nil {
+		w.t.Fatalf("retry: %v", err)
+	}
+}
+
 func (w *world) sweepAfter(d time.Duration) {
 	w.t.Helper()
 	w.clock.Advance(d)
@@ -338,6 +354,46 @@ func TestRepairRestoresTheCutLine(t *testing.T) {
 			w.claim("w2")
 			w.release(id, "w2", reason)
 		}},
+
+		// SPEC §12: cancels (failed with error "cancelled") and retries
+		// (a failed task pending again, attempts 0).
+		{kind: domain.EventCancelled, run: func(w *world) { id := w.post().ID; w.cancel(id) }}, // while pending: nobody
+		{kind: domain.EventCancelled, run: func(w *world) { // processing: names the lease holder
+			id := w.claim("w1").ID
+			w.progress(id, "w1")
+			w.cancel(id)
+		}},
+		{kind: domain.EventCancelled, run: func(w *world) { // pending again after a re-queue: nobody
+			id := w.claim("w1").ID
+			w.sweepAfter(11 * time.Second)
+			w.cancel(id)
+		}},
+		{kind: domain.EventRetried, run: func(w *world) { id := w.claim("w1").ID; w.fail(id, "w1", reason); w.retry(id) }},
+		{kind: domain.EventRetried, run: func(w *world) { id := w.claim("w1").ID; w.cancel(id); w.retry(id) }},
+		{kind: domain.EventRetried, run: func(w *world) { id := w.post().ID; w.sweepAfter(101 * time.Second); w.retry(id) }},
+		{kind: domain.EventRetried, maxAttempts: 1, run: func(w *world) { // a dead letter
+			id := w.claim("w1").ID
+			w.sweepAfter(11 * time.Second)
+			w.retry(id)
+		}},
+		{kind: domain.EventRetried, run: func(w *world) { // fetched before the retry
+			id := w.claim("w1").ID
+			w.fail(id, "w1", "")
+			w.fetch(id)
+			w.retry(id)
+		}},
+		{kind: domain.EventCancelled, run: func(w *world) { // a retried task cancelled before its claim
+			id := w.claim("w1").ID
+			w.fail(id, "w1", "")
+			w.retry(id)
+			w.cancel(id)
+		}},
+		{kind: domain.EventClaimed, run: func(w *world) { // a retried task claimed again
+			id := w.claim("w1").ID
+			w.cancel(id)
+			w.retry(id)
+			w.claim("w2")
+		}},
 	}
 	for i, c := range cases {
 		t.Run(fmt.Sprintf("%d-%s", i, c.kind), func(t *testing.T) {
@@ -392,7 +448,8 @@ func kinds(evs []domain.Event) []domain.EventKind {
 func TestRepairNothingWhenTheyAgree(t *testing.T) {
 	s := domain.DefaultSettings()
 	s.LeaseSeconds, s.RetainSeconds = 10, 5
-	for _, last := range []string{"posted", "progress", "requeue", "fetched", "cleaned", "empty", "released", "failed"} {
+	for _, last := range []string{"posted", "progress", "requeue", "fetched", "cleaned", "empty", "released", "failed",
+		"cancelled", "retried"} {
 		t.Run(last, func(t *testing.T) {
 			w := newWorld(t, s)
 			if last != "empty" {
@@ -410,6 +467,11 @@ func TestRepairNothingWhenTheyAgree(t *testing.T) {
 					w.release(id, "w1", reason)
 				case "failed":
 					w.fail(id, "w1", "")
+				case "cancelled":
+					w.cancel(id)
+				case "retried":
+					w.cancel(id)
+					w.retry(id)
 				case "fetched", "cleaned":
 					w.result(id, "w1")
 					w.fetch(id)
@@ -494,35 +556,44 @@ func TestRepairCutClean(t *testing.T) {
 }
 
 // TestRepairCutCleanOfAFailedTask: a task failed by its worker (SPEC §11)
-// has a failed line with its error code before its clean, and that clean
-// is repaired like any other; only a corrupt file's failed line, which no
-// task in the store follows, is left alone.
+// or cancelled (SPEC §12) has a failed-status line with its error code
+// before its clean, and that clean is repaired like any other; only a
+// corrupt file's failed line, which no task in the store follows, is left
+// alone.
 func TestRepairCutCleanOfAFailedTask(t *testing.T) {
 	s := domain.DefaultSettings()
 	s.RetainSeconds = 5
-	w := newWorld(t, s)
-	w.post()
-	w.claim("w1") // stays processing
-	id := w.post().ID
-	w.claim("w2")
-	w.fail(id, "w2", "")
-	w.sweepAfter(6 * time.Second) // cleans id
-	if cut := parse(t, w.cut()); cut.Event != domain.EventCleaned || cut.ID != id {
-		t.Fatalf("cut %s of %s, want cleaned of %s", cut.Event, cut.ID, id)
-	}
-	evs := w.repair()
-	if len(evs) != 1 || evs[0].Kind != domain.EventCleaned || evs[0].Task.ID != id {
-		t.Fatalf("repair appended %v, want the cleaned line of %s", evs, id)
-	}
+	for _, how := range []string{"failed", "cancelled"} {
+		t.Run(how, func(t *testing.T) {
+			w := newWorld(t, s)
+			w.post()
+			w.claim("w1") // stays processing
+			id := w.post().ID
+			if how == "failed" {
+				w.claim("w2")
+				w.fail(id, "w2", "")
+			} else {
+				w.cancel(id)
+			}
+			w.sweepAfter(6 * time.Second) // cleans id
+			if cut := parse(t, w.cut()); cut.Event != domain.EventCleaned || cut.ID != id {
+				t.Fatalf("cut %s of %s, want cleaned of %s", cut.Event, cut.ID, id)
+			}
+			evs := w.repair()
+			if len(evs) != 1 || evs[0].Kind != domain.EventCleaned || evs[0].Task.ID != id || evs[0].Task.Status != domain.Failed {
+				t.Fatalf("repair appended %v, want the cleaned line of %s", evs, id)
+			}
 
-	if err := w.svc.ReportCorrupt(w.ctx, w.q.Host, w.q.Name, "00000000000000c0"); err != nil {
-		t.Fatal(err)
-	}
-	if l := parse(t, w.lines()[len(w.lines())-1]); l.Event != domain.EventFailed || l.Error != domain.CorruptError {
-		t.Fatalf("corrupt line %+v", l)
-	}
-	if evs := w.repair(); len(evs) != 0 {
-		t.Errorf("repair appended %v after a corrupt file's line", kinds(evs))
+			if err := w.svc.ReportCorrupt(w.ctx, w.q.Host, w.q.Name, "00000000000000c0"); err != nil {
+				t.Fatal(err)
+			}
+			if l := parse(t, w.lines()[len(w.lines())-1]); l.Event != domain.EventFailed || l.Error != domain.CorruptError {
+				t.Fatalf("corrupt line %+v", l)
+			}
+			if evs := w.repair(); len(evs) != 0 {
+				t.Errorf("repair appended %v after a corrupt file's line", kinds(evs))
+			}
+		})
 	}
 }
 

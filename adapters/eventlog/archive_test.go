@@ -61,6 +61,10 @@ func TestAppendArchivesBodies(t *testing.T) {
 			filepath.Join(idB, "error.json"): `"timeout"`,
 			filepath.Join(idC, "error.json"): `"corrupt"`,
 		}},
+		// A cancel or a retry archives nothing: the item is there since
+		// its post, and "cancelled" is the line's own error code.
+		{"cancelled", []string{}, nil},
+		{"retried", []string{}, nil},
 	}
 	dir := t.TempDir()
 	l := mustOpen(t, dir)

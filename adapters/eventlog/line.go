@@ -10,8 +10,8 @@ import (
 )
 
 // line is one event as it appears in a day file. The field order is the order
-// of the seed's example line, with "error" (failed lines only) after
-// "status"; encoding/json keeps the order of the struct.
+// of the seed's example line, with "error" (failed and cancelled lines
+// only) after "status"; encoding/json keeps the order of the struct.
 type line struct {
 	T      int64            `json:"t"`
 	At     string           `json:"at"`
@@ -20,9 +20,11 @@ type line struct {
 	ID     string           `json:"id"`
 	Event  domain.EventKind `json:"event"`
 	Status domain.Status    `json:"status"`
-	// Error is the task's error code on a failed line only (SPEC §8: a
+	// Error is the task's error code on a failed line (SPEC §8: a
 	// worker's failure "failed", a dead letter "attempts", a corrupt file
-	// "corrupt"); no other line has the field.
+	// "corrupt") and on a cancelled line ("cancelled", SPEC §12: the task
+	// failed with it, so Task Logs finds it by error code as well as by
+	// event); no other line has the field.
 	Error    *string  `json:"error,omitempty"`
 	Attempts int      `json:"attempts"`
 	Worker   *string  `json:"worker"` // null when no worker is involved
@@ -73,7 +75,7 @@ func encodeLine(ev domain.Event, archived []string) []byte {
 		},
 		Archived: archived,
 	}
-	if ev.Kind == domain.EventFailed {
+	if ev.Kind == domain.EventFailed || ev.Kind == domain.EventCancelled {
 		l.Error = t.Error
 	}
 	if ev.Worker != "" {

@@ -39,7 +39,8 @@ type Live struct {
 	// they were read, and guards the fields below it.
 	reloadMu    sync.Mutex
 	fingerprint uint64
-	warned      map[string]bool // warnings already logged, so a reload repeats none
+	warned      map[string]bool          // warnings already logged, so a reload repeats none
+	kept        map[domain.QueueRef]kept // queues served from their last valid file (lastgood.go)
 	listeners   []func(*Snapshot)
 
 	startOnce, stopOnce sync.Once
@@ -95,11 +96,15 @@ func (l *Live) Reload() (*Snapshot, []Problem) {
 	// Take the fingerprint first: a change made while Load runs then shows
 	// up as a difference at the next rescan instead of being missed.
 	_, l.fingerprint = scan(l.dir)
-	snap, problems := Load(l.dir)
+	snap, problems, invalid := load(l.dir)
+	kept := keepLastGood(l.current.Load(), snap, problems, invalid)
 	l.current.Store(snap)
-	l.logProblems(problems)
+	l.logProblems(problems, kept)
+	logKept(l.log, l.kept, kept, problems, snap)
+	l.kept = kept
 	l.log.Info("hosts folder loaded", zap.String("dir", l.dir), zap.Int("hosts", len(snap.hosts)),
-		zap.Int("queues", len(snap.queues)), zap.Int("problems", len(problems)))
+		zap.Int("queues", len(snap.queues)), zap.Int("problems", len(problems)),
+		zap.Int("keptLastValid", len(kept)))
 	for _, fn := range l.listeners {
 		fn(snap)
 	}
@@ -108,10 +113,18 @@ func (l *Live) Reload() (*Snapshot, []Problem) {
 
 // logProblems logs every error at each reload, since each reload leaves
 // those files out again, but a warning only the first time it appears, so an
-// editor's swap file does not repeat the same lines on every save.
-func (l *Live) logProblems(problems []Problem) {
+// editor's swap file does not repeat the same lines on every save. The
+// errors of a file whose queue keeps its last valid version are logKept's.
+func (l *Live) logProblems(problems []Problem, kept map[domain.QueueRef]kept) {
+	keptFiles := map[string]bool{}
+	for _, k := range kept {
+		keptFiles[k.file] = true
+	}
 	warned := map[string]bool{}
 	for _, p := range problems {
+		if !p.Warning && keptFiles[p.File] {
+			continue
+		}
 		if p.Warning {
 			key := p.String()
 			warned[key] = true

@@ -50,22 +50,43 @@ func (s *Snapshot) Hosts() []string {
 
 // Check reads dir as Load does and returns only the problems: what
 // `taskhoster check --hosts DIR` prints. It fails when HasErrors does.
+// After the errors of each invalid queue file comes a warning that a
+// running server keeps serving the last valid version of it, if it served
+// one (SPEC §12): check runs offline and cannot know whether it did.
 func Check(dir string) []Problem {
-	_, problems := Load(dir)
+	_, problems, invalid := load(dir)
+	for _, path := range invalid {
+		problems = append(problems, Problem{File: path, Reason: keptNote, Warning: true})
+	}
+	// Stable, so each note stays after its file's errors.
+	slices.SortStableFunc(problems, func(a, b Problem) int { return cmp.Compare(a.File, b.File) })
 	return problems
 }
+
+// keptNote is what Check says of an invalid queue file.
+const keptNote = "a running server that served a valid version of this queue file keeps serving that version, " +
+	"and reports these errors, until the file is valid again or removed " +
+	"(a server started while the file is invalid does not serve the queue)"
 
 // Load reads the hosts folder dir. It always returns a usable Snapshot, made
 // of everything that is valid, and every problem found, sorted by file. An
 // unreadable dir gives an empty Snapshot and one error.
 func Load(dir string) (*Snapshot, []Problem) {
+	snap, problems, _ := load(dir)
+	return snap, problems
+}
+
+// load is Load, and also names the queue files that are there but not
+// served for an error (invalid), by queue.
+func load(dir string) (*Snapshot, []Problem, map[domain.QueueRef]string) {
 	var problems []Problem
 	snap := &Snapshot{hosts: map[string]*domain.Host{}}
+	invalid := map[domain.QueueRef]string{}
 
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		problems = append(problems, Problem{File: dir, Reason: fmt.Sprintf("cannot read the hosts folder: %v", err)})
-		return snap, problems
+		return snap, problems, invalid
 	}
 	for _, e := range entries {
 		path := filepath.Join(dir, e.Name())
@@ -77,24 +98,29 @@ func Load(dir string) (*Snapshot, []Problem) {
 			problems = append(problems, ignored(path, `a host folder is named as a lower-case DNS name ([a-z0-9.-], no leading dot, no "..")`))
 			continue
 		}
-		host := loadHost(path, e.Name(), &problems)
+		host := loadHost(path, e.Name(), &problems, invalid)
 		snap.hosts[host.Name] = host
 		for _, q := range host.Queues {
 			snap.queues = append(snap.queues, q)
 		}
 	}
 
-	slices.SortFunc(snap.queues, func(a, b *domain.Queue) int {
-		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.Name, b.Name))
-	})
+	snap.sortQueues()
 	// Stable, so the problems of one file stay in the order of the file.
 	slices.SortStableFunc(problems, func(a, b Problem) int { return cmp.Compare(a.File, b.File) })
-	return snap, problems
+	return snap, problems, invalid
+}
+
+func (s *Snapshot) sortQueues() {
+	slices.SortFunc(s.queues, func(a, b *domain.Queue) int {
+		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.Name, b.Name))
+	})
 }
 
 // loadHost reads one host folder. Users come first: a queue's access lists
-// are checked against the names they define.
-func loadHost(path, name string, problems *[]Problem) *domain.Host {
+// are checked against the names they define. Each queue file left out for
+// an error goes into invalid.
+func loadHost(path, name string, problems *[]Problem, invalid map[domain.QueueRef]string) *domain.Host {
 	host := &domain.Host{Name: name, Queues: map[string]*domain.Queue{}, Users: map[string]domain.User{}}
 
 	entries, err := os.ReadDir(path)
@@ -132,10 +158,11 @@ func loadHost(path, name string, problems *[]Problem) *domain.Host {
 		data, err := os.ReadFile(f.path)
 		if err != nil {
 			r.fail("", fmt.Sprintf("cannot read: %v", err))
-			continue
-		}
-		if q := parseQueue(name, f.name, data, users, r); q != nil {
+		} else if q := parseQueue(name, f.name, data, users, r); q != nil {
 			host.Queues[q.Name] = q
+		}
+		if r.failed {
+			invalid[domain.QueueRef{Host: name, Queue: f.name}] = f.path
 		}
 	}
 	return host

@@ -12,7 +12,7 @@ import (
 
 // entry is the index's form of one task record: every field of domain.Task,
 // packed so that a queue of a million pending tasks costs little more than
-// their items (issue 6: at most 300 bytes a task beyond the item).
+// their items (the target: at most 300 bytes a task beyond the item).
 //
 //   - Host and queue are the queue's own, so an entry does not repeat them.
 //   - The id, 16 hex digits, is 8 bytes as a big-endian number: ids compare

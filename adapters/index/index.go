@@ -161,8 +161,8 @@ func (q *queue) remove(e *entry) {
 	q.unindex(e)
 }
 
-// Budgets of one hold of the queue's lock by a claim's scan for a new query
-// (issue 12): it tests at most scanBudget tasks, and none after scanSlice,
+// Budgets of one hold of the queue's lock by a claim's scan for a new query:
+// it tests at most scanBudget tasks, and none after scanSlice,
 // then lets go of the lock, so that posts and claims on the queue wait for
 // at most about that long however deep the backlog it must test.
 const (

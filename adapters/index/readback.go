@@ -11,7 +11,7 @@ import (
 // readBack is domain.DecodeTask(data) for data = domain.EncodeTask(t): the
 // record a restart would load, which is what the index keeps. Most records
 // read back as they are, and then it checks t and copies its payloads
-// instead of decoding (the decode was a tenth of the server's CPU under
+// instead of decoding (a decode of every record is a tenth of the server's CPU under
 // load); otherwise it decodes. It lives here, next to its one caller,
 // because the shortcut leans on how encoding/json compacts and escapes.
 // FuzzReadBack holds the two to the same answer.

@@ -45,26 +45,36 @@ func rows(body string) [][2]string {
 	return out
 }
 
-func TestFailuresStandOutByWordAndColour(t *testing.T) {
-	h := logsweb.New(failures(t), nil)
+// row is what a row of the list must be: its class, and text it holds.
+type row struct{ class, text string }
+
+// listRows gets the list of h and checks it has n rows, the first ones as
+// want says; it returns the page and its rows.
+func listRows(t *testing.T, h http.Handler, n int, want ...row) (page, [][2]string) {
+	t.Helper()
 	p := get(t, h, "/")
 	if p.status != http.StatusOK {
 		t.Fatalf("GET /: %d\n%s", p.status, p.body)
 	}
 	got := rows(p.body)
-	if len(got) != 6 {
-		t.Fatalf("%d rows, want 6:\n%s", len(got), p.body)
+	if len(got) != n {
+		t.Fatalf("%d rows, want %d:\n%s", len(got), n, p.body)
 	}
-	for i, want := range []struct{ class, text string }{
-		{"event failure", "✗ timeout"},
-		{"event failure", "✗ failed error: attempts"},
-		{"event", "claimed"},
-		{"event giveback", "↺ released given back"},
-	} {
-		if got[i][0] != want.class || !strings.Contains(got[i][1], want.text) {
-			t.Errorf("row %d: class %q, text %q; want class %q with %q", i, got[i][0], got[i][1], want.class, want.text)
+	for i, w := range want {
+		if got[i][0] != w.class || !strings.Contains(got[i][1], w.text) {
+			t.Errorf("row %d: class %q, text %q; want class %q with %q", i, got[i][0], got[i][1], w.class, w.text)
 		}
 	}
+	return p, got
+}
+
+func TestFailuresStandOutByWordAndColour(t *testing.T) {
+	h := logsweb.New(failures(t), nil)
+	p, got := listRows(t, h, 6,
+		row{"event failure", "✗ timeout"},
+		row{"event failure", "✗ failed error: attempts"},
+		row{"event", "claimed"},
+		row{"event giveback", "↺ released given back"})
 	if strings.Contains(got[0][1], "error: timeout") {
 		t.Errorf("a timeout says its code twice: %q", got[0][1])
 	}
@@ -130,5 +140,55 @@ func TestTrailShowsGiveBacksAndFailures(t *testing.T) {
 	if !strings.Contains(p.body, `href="/payloads/task.example.com/resize/`+idA+`/error.json" target="_blank"`) ||
 		strings.Contains(p.body, "disk") {
 		t.Errorf("error.json is not linked, or is inline")
+	}
+}
+
+// TestCancelsAndRetriesStandOut: a cancelled task is shown as a failure (a
+// word and a colour, its code not said twice), a retry stands out too, and
+// both are filtered by.
+func TestCancelsAndRetriesStandOut(t *testing.T) {
+	cancelled := mk(20, idA, domain.EventCancelled, "box-1", tasklog.Sizes{Item: 74, Error: 11})
+	cancelled.Status, cancelled.Error = domain.Failed, domain.CancelledError
+	retried := mk(30, idA, domain.EventRetried, "", tasklog.Sizes{Item: 74})
+	retried.Status, retried.Attempts = domain.Pending, 0
+	h := logsweb.New(mirror(t, []tasklog.Line{
+		mk(0, idA, domain.EventPosted, "", tasklog.Sizes{Item: 74}),
+		mk(10, idA, domain.EventClaimed, "box-1", tasklog.Sizes{Item: 74}),
+		cancelled, retried,
+		mk(40, idB, domain.EventPosted, "", tasklog.Sizes{Item: 31}),
+	}, nil), nil)
+
+	p, got := listRows(t, h, 5,
+		row{"event", "posted"},
+		row{"event retried", "↻ retried back to pending"},
+		row{"event failure", "✗ cancelled"})
+	if strings.Contains(got[2][1], "error: cancelled") {
+		t.Errorf("a cancel says its code twice: %q", got[2][1])
+	}
+	for _, opt := range []string{"<option>cancelled</option>", "<option>retried</option>"} {
+		if strings.Count(p.body, opt) < 1 {
+			t.Errorf("the filters do not offer %s", opt)
+		}
+	}
+	for query, want := range map[string]string{
+		"event=cancelled": idA, "error=cancelled": idA, "event=retried": idA,
+		"event=cancelled&error=cancelled": idA, "event=retried&error=cancelled": "",
+	} {
+		p := get(t, h, "/?"+query)
+		if p.status != http.StatusOK {
+			t.Fatalf("%s: %d\n%s", query, p.status, p.body)
+		}
+		if got := strings.Join(taskLinks(p.body), " "); got != want {
+			t.Errorf("%s: task links %q, want %q", query, got, want)
+		}
+	}
+
+	p = get(t, h, "/tasks/"+host+"/"+queue+"/"+idA)
+	var trail []string
+	for _, r := range rows(p.body) {
+		trail = append(trail, r[0])
+	}
+	if want := "event|event|event failure|event retried"; strings.Join(trail, "|") != want {
+		t.Errorf("trail %q, want %q", strings.Join(trail, "|"), want)
 	}
 }

@@ -103,7 +103,8 @@ type listPage struct {
 func eventKinds() []domain.EventKind {
 	return []domain.EventKind{domain.EventPosted, domain.EventClaimed, domain.EventProgress,
 		domain.EventResult, domain.EventFailed, domain.EventTimeout, domain.EventRequeue,
-		domain.EventReleased, domain.EventFetched, domain.EventCleaned}
+		domain.EventReleased, domain.EventCancelled, domain.EventRetried, domain.EventFetched,
+		domain.EventCleaned}
 }
 
 // errorCodes are offered in the error filter (SPEC §11); the parameter

@@ -51,6 +51,7 @@ nav.pages { margin: 1rem 0; display: flex; gap: 1rem; }
 .muted { color: #777; }
 tr.failure td { background: #fdecea; } td.failure { color: #a40000; border-left: 4px solid #c62828; }
 tr.giveback td { background: #fff6e0; } td.giveback { color: #7a4b00; border-left: 4px solid #e0a000; }
+tr.retried td { background: #e8f0fe; } td.retried { color: #1a4d99; border-left: 4px solid #3367d6; }
 .code { font-family: ui-monospace, monospace; }
 </style>
 </head>
@@ -63,11 +64,13 @@ tr.giveback td { background: #fff6e0; } td.giveback { color: #7a4b00; border-lef
 </html>
 {{end}}
 
-{{/* A task failing (failed, timeout) or given back (released) stands out
-by a word as well as a colour: "✗ failed" with its error code, "↺ released". */}}
-{{define "rowclass"}}event{{if .Failure}} failure{{else if .GaveBack}} giveback{{end}}{{end}}
+{{/* A task failing (failed, timeout, cancelled), given back (released) or
+retried stands out by a word as well as a colour: "✗ failed" with its error
+code, "✗ cancelled", "↺ released", "↻ retried". */}}
+{{define "rowclass"}}event{{if .Failure}} failure{{else if .GaveBack}} giveback{{else if .Retried}} retried{{end}}{{end}}
 {{define "event"}}{{if .Failure}}<td class="failure"><b>✗ {{.Event}}</b>{{if and .Error (ne .Error (print .Event))}} <span class="code" title="error code">error: {{.Error}}</span>{{end}}</td>
 {{- else if .GaveBack}}<td class="giveback"><b>↺ {{.Event}}</b> <span title="given back by its worker">given back</span></td>
+{{- else if .Retried}}<td class="retried"><b>↻ {{.Event}}</b> <span title="a failed task put back to pending">back to pending</span></td>
 {{- else}}<td>{{.Event}}</td>{{end}}{{end}}
 
 {{define "sizes"}}<td class="num">{{size .Item}}</td><td class="num">{{size .Progress}}</td><td class="num">{{size .Result}}</td><td class="num">{{size .Error}}</td>{{end}}

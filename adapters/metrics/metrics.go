@@ -1,8 +1,8 @@
 // Package metrics exposes Taskhoster's Prometheus metrics: transitions by
 // kind, tasks finished and failed (by error code) counted apart, dead
-// letters, give-backs, refused results, re-queues by cause, request
-// latency, and queue depths read from the repository's index at scrape
-// time.
+// letters, give-backs, cancels and retries, refused results, re-queues by
+// cause, request latency, and, read at scrape time, queue depths from the
+// repository's index and the queues served from a stale file (SPEC §12).
 package metrics
 
 import (
@@ -32,6 +32,8 @@ type Metrics struct {
 	failures *prometheus.CounterVec
 	dead     *prometheus.CounterVec
 	releases *prometheus.CounterVec
+	cancels  *prometheus.CounterVec
+	retries  *prometheus.CounterVec
 	events   *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	flushes  prometheus.Histogram
@@ -81,6 +83,13 @@ func New(depths Depths) *Metrics {
 			Name: "taskhoster_releases_total",
 			Help: "Tasks given back by their worker, including those that became dead letters by it.",
 		}, queue),
+		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskhoster_tasks_cancelled_total",
+			Help: "Tasks cancelled by a user (also counted in taskhoster_tasks_failed_total with error cancelled).",
+		}, queue),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskhoster_tasks_retried_total", Help: "Failed tasks put back to pending by a user.",
+		}, queue),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "taskhoster_events_total", Help: "Transitions written to the event log, by event.",
 		}, []string{"event"}),
@@ -104,9 +113,9 @@ func New(depths Depths) *Metrics {
 		}),
 	}
 	reg.MustRegister(m.posts, m.claims, m.results, m.requeues, m.timeouts,
-		m.finished, m.failures, m.dead, m.releases, m.events, m.latency,
-		m.flushes, m.batches, m.failed,
-		newDepthCollector(depths),
+		m.finished, m.failures, m.dead, m.releases, m.cancels, m.retries,
+		m.events, m.latency, m.flushes, m.batches, m.failed,
+		newDepthCollector(depths), newStaleCollector(depths),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -132,6 +141,13 @@ func (m *Metrics) Observe(ev domain.Event) {
 		m.failures.WithLabelValues(host, queue, domain.TimeoutError).Inc()
 	case domain.EventFailed:
 		m.observeFailed(ev)
+	case domain.EventCancelled:
+		// A cancelled task ends failed with error "cancelled": it counts
+		// among the failures by error as the others do.
+		m.cancels.WithLabelValues(host, queue).Inc()
+		m.failures.WithLabelValues(host, queue, domain.CancelledError).Inc()
+	case domain.EventRetried:
+		m.retries.WithLabelValues(host, queue).Inc()
 	}
 }
 
@@ -212,5 +228,31 @@ func (c depthCollector) Collect(ch chan<- prometheus.Metric) {
 		for state, v := range map[string]int{"pending": n.Pending, "processing": n.Processing, "done": n.Done} {
 			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(v), q.Host, q.Name, state)
 		}
+	}
+}
+
+// staleCollector reads, when scraped, which served queues are kept at the
+// last valid version of a file that is invalid now (domain.Queue.Problems,
+// SPEC §12): 1 for those, 0 for the others, so an alert can fire on any 1.
+type staleCollector struct {
+	d    Depths
+	desc *prometheus.Desc
+}
+
+func newStaleCollector(d Depths) staleCollector {
+	return staleCollector{d: d, desc: prometheus.NewDesc("taskhoster_queue_file_stale",
+		"1 when a queue is served from the last valid version of its file because the file is invalid now (see the server log or taskhoster check), else 0.",
+		[]string{"host", "queue"}, nil)}
+}
+
+func (c staleCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c staleCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, q := range c.d.Queues() {
+		v := 0.0
+		if len(q.Problems) > 0 {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, q.Host, q.Name)
 	}
 }

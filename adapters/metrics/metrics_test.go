@@ -63,6 +63,12 @@ func TestFinishedAndFailedAreCountedApart(t *testing.T) {
 	must(d.Release("box-1", 0, reason, twice, now))
 	// Timed out.
 	must(post("0000000000000005").Timeout(now.Add(48 * time.Hour)))
+	// Cancelled while processing, retried, cancelled again while pending.
+	e := post("0000000000000006")
+	e = must(e.Claim("box-1", time.Minute, now))
+	e = must(e.Cancel(now))
+	e = must(e.Retry(now))
+	must(e.Cancel(now))
 
 	want := `
 # HELP taskhoster_attempts_exhausted_total Dead letters: tasks failed with error attempts, by how they came back the last time (lease, socket, release).
@@ -78,36 +84,76 @@ taskhoster_requeues_total{cause="socket",host="task.example.com",queue="resize"}
 # HELP taskhoster_results_total Results by outcome (accepted or refused).
 # TYPE taskhoster_results_total counter
 taskhoster_results_total{host="task.example.com",outcome="accepted",queue="resize"} 1
+# HELP taskhoster_tasks_cancelled_total Tasks cancelled by a user (also counted in taskhoster_tasks_failed_total with error cancelled).
+# TYPE taskhoster_tasks_cancelled_total counter
+taskhoster_tasks_cancelled_total{host="task.example.com",queue="resize"} 2
 # HELP taskhoster_tasks_failed_total Tasks that ended failed, by error (timeout, attempts, failed, corrupt, ...).
 # TYPE taskhoster_tasks_failed_total counter
 taskhoster_tasks_failed_total{error="attempts",host="task.example.com",queue="resize"} 2
+taskhoster_tasks_failed_total{error="cancelled",host="task.example.com",queue="resize"} 2
 taskhoster_tasks_failed_total{error="failed",host="task.example.com",queue="resize"} 1
 taskhoster_tasks_failed_total{error="timeout",host="task.example.com",queue="resize"} 1
 # HELP taskhoster_tasks_finished_total Tasks that ended finished (an accepted result).
 # TYPE taskhoster_tasks_finished_total counter
 taskhoster_tasks_finished_total{host="task.example.com",queue="resize"} 1
+# HELP taskhoster_tasks_retried_total Failed tasks put back to pending by a user.
+# TYPE taskhoster_tasks_retried_total counter
+taskhoster_tasks_retried_total{host="task.example.com",queue="resize"} 1
 # HELP taskhoster_timeouts_total Tasks failed by the queue timeout.
 # TYPE taskhoster_timeouts_total counter
 taskhoster_timeouts_total{host="task.example.com",queue="resize"} 1
 `
 	names := []string{"taskhoster_attempts_exhausted_total", "taskhoster_releases_total",
-		"taskhoster_requeues_total", "taskhoster_results_total", "taskhoster_tasks_failed_total",
-		"taskhoster_tasks_finished_total", "taskhoster_timeouts_total"}
+		"taskhoster_requeues_total", "taskhoster_results_total", "taskhoster_tasks_cancelled_total",
+		"taskhoster_tasks_failed_total", "taskhoster_tasks_finished_total", "taskhoster_tasks_retried_total",
+		"taskhoster_timeouts_total"}
 	if err := testutil.GatherAndCompare(m.registry, strings.NewReader(want), names...); err != nil {
 		t.Error(err)
 	}
 	events := `
 # HELP taskhoster_events_total Transitions written to the event log, by event.
 # TYPE taskhoster_events_total counter
-taskhoster_events_total{event="claimed"} 7
+taskhoster_events_total{event="cancelled"} 2
+taskhoster_events_total{event="claimed"} 8
 taskhoster_events_total{event="failed"} 3
-taskhoster_events_total{event="posted"} 5
+taskhoster_events_total{event="posted"} 6
 taskhoster_events_total{event="released"} 2
 taskhoster_events_total{event="requeue"} 1
 taskhoster_events_total{event="result"} 1
+taskhoster_events_total{event="retried"} 1
 taskhoster_events_total{event="timeout"} 1
 `
 	if err := testutil.GatherAndCompare(m.registry, strings.NewReader(events), "taskhoster_events_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+type someQueues []*domain.Queue
+
+func (q someQueues) Queues() []*domain.Queue           { return q }
+func (someQueues) Counts(domain.QueueRef) ports.Counts { return ports.Counts{} }
+
+// TestStaleQueueFiles: a queue kept at the last valid version of its file
+// (it has Problems) reads 1, the others 0, at every scrape.
+func TestStaleQueueFiles(t *testing.T) {
+	qs := someQueues{
+		{Host: "task.example.com", Name: "resize"},
+		{Host: "task.example.com", Name: "thumbnail",
+			Problems: []string{"thumbnail.json: /settings/leaseSecond: unknown setting"}},
+	}
+	m := New(qs)
+	want := `
+# HELP taskhoster_queue_file_stale 1 when a queue is served from the last valid version of its file because the file is invalid now (see the server log or taskhoster check), else 0.
+# TYPE taskhoster_queue_file_stale gauge
+taskhoster_queue_file_stale{host="task.example.com",queue="resize"} 0
+taskhoster_queue_file_stale{host="task.example.com",queue="thumbnail"} 1
+`
+	if err := testutil.GatherAndCompare(m.registry, strings.NewReader(want), "taskhoster_queue_file_stale"); err != nil {
+		t.Error(err)
+	}
+	qs[1].Problems = nil // the file is valid again
+	want = strings.Replace(want, `queue="thumbnail"} 1`, `queue="thumbnail"} 0`, 1)
+	if err := testutil.GatherAndCompare(m.registry, strings.NewReader(want), "taskhoster_queue_file_stale"); err != nil {
 		t.Error(err)
 	}
 }

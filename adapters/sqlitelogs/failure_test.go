@@ -20,13 +20,15 @@ func TestFailuresAreStoredAndFiltered(t *testing.T) {
 	withError := func(code string) func(*tasklog.Line) {
 		return func(l *tasklog.Line) { l.Error, l.Status, l.Bytes.Error = code, domain.Failed, 19 }
 	}
-	mustCommit(t, s, tasklog.Cursor{Offset: 700},
+	mustCommit(t, s, tasklog.Cursor{Offset: 800},
 		line(0, 1, domain.EventPosted),
 		line(100, 1, domain.EventReleased, func(l *tasklog.Line) { l.Bytes.Error = 45; l.Archived = []string{"error"} }),
 		line(200, 1, domain.EventFailed, withError(domain.AttemptsError)),
 		line(300, 2, domain.EventFailed, withError(domain.FailedError)),
 		line(400, 3, domain.EventTimeout, withError(domain.TimeoutError)),
-		line(500, 4, domain.EventResult))
+		line(500, 4, domain.EventResult),
+		line(600, 5, domain.EventCancelled, withError(domain.CancelledError)),
+		line(650, 5, domain.EventRetried))
 
 	for _, tc := range []struct {
 		name string
@@ -37,6 +39,9 @@ func TestFailuresAreStoredAndFiltered(t *testing.T) {
 		{"failed", tasklog.Filter{Event: domain.EventFailed}, []int64{300, 200}},
 		{"dead letters", tasklog.Filter{Error: domain.AttemptsError}, []int64{200}},
 		{"timeouts by their code", tasklog.Filter{Error: domain.TimeoutError}, []int64{400}},
+		{"cancelled", tasklog.Filter{Event: domain.EventCancelled}, []int64{600}},
+		{"cancelled by their code", tasklog.Filter{Error: domain.CancelledError}, []int64{600}},
+		{"retried", tasklog.Filter{Event: domain.EventRetried}, []int64{650}},
 		{"failed by a worker in one queue", tasklog.Filter{Error: domain.FailedError, Queue: "resize", Event: domain.EventFailed}, []int64{300}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,6 +64,18 @@ func TestFailuresAreStoredAndFiltered(t *testing.T) {
 	}
 	if trail[1].Bytes.Error != 45 || trail[2].Bytes.Error != 19 {
 		t.Errorf("error sizes %d, %d", trail[1].Bytes.Error, trail[2].Bytes.Error)
+	}
+
+	trail, err = s.Trail(context.Background(), "task.example.com", "resize", "0000000000000005")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = nil
+	for _, l := range trail {
+		got = append(got, string(l.Event)+":"+l.Error+":"+string(l.Status))
+	}
+	if diff := cmp.Diff([]string{"cancelled:cancelled:failed", "retried::pending"}, got); diff != "" {
+		t.Errorf("trail of the cancelled task (-want +got):\n%s", diff)
 	}
 }
 

@@ -219,7 +219,7 @@ func addErrorColumn(db *sql.DB) error {
 		return fmt.Errorf("add error column: %w", err)
 	}
 	rows, err := tx.Query(`SELECT seq, raw FROM lines
-		WHERE event IN ('failed', 'timeout') OR instr(raw, '"error":') > 0`)
+		WHERE event IN ('failed', 'timeout', 'cancelled') OR instr(raw, '"error":') > 0`)
 	if err != nil {
 		return fmt.Errorf("add error column: %w", err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/taskhoster/taskhoster/internal/bench"
 )
 
-const benchUsage = `taskhoster bench [flags]: measure this build (issue 6).
+const benchUsage = `taskhoster bench [flags]: measure this build (BENCHMARKS.md).
 
 Starts this binary as "serve" on fresh folders under --dir (one server per
 run, on 127.0.0.1 ports the kernel picks) and measures, as the median

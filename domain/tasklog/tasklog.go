@@ -50,10 +50,11 @@ type Line struct {
 	ID     string
 	Event  domain.EventKind
 	Status domain.Status
-	// Error is the task's error code the line tells: a failed line's
-	// "error" ("failed", "attempts", "corrupt", ...), "timeout" for a
-	// timeout line; "" on every other line (and on a failed line of an
-	// older server, which did not write it).
+	// Error is the task's error code the line tells: a failed or
+	// cancelled line's "error" ("failed", "attempts", "corrupt",
+	// "cancelled", ...), "timeout" for a timeout line, "cancelled" for a
+	// cancelled line even without the field; "" on every other line (and
+	// on a failed line of an older server, which did not write it).
 	Error    string
 	Attempts int
 	Worker   string // "" when no worker was involved
@@ -134,6 +135,8 @@ func ParseLine(raw []byte) (Line, error) {
 		l.Error = *w.Error
 	case l.Event == domain.EventTimeout:
 		l.Error = domain.TimeoutError // SPEC §5: the timeout line's task failed with it
+	case l.Event == domain.EventCancelled:
+		l.Error = domain.CancelledError // SPEC §12: a cancelled task failed with it
 	}
 	// "at" carries the milliseconds that order events within one second; a
 	// line without a readable "at" still has its second.
@@ -146,13 +149,21 @@ func ParseLine(raw []byte) (Line, error) {
 }
 
 // Failure tells whether the line is of a task failing for good (failed,
-// timeout): one of the lines the browser makes stand out.
+// timeout, cancelled): one of the lines the browser makes stand out.
 func (l Line) Failure() bool {
-	return l.Event == domain.EventFailed || l.Event == domain.EventTimeout
+	switch l.Event {
+	case domain.EventFailed, domain.EventTimeout, domain.EventCancelled:
+		return true
+	}
+	return false
 }
 
 // GaveBack tells whether the line is of a give-back (SPEC §11).
 func (l Line) GaveBack() bool { return l.Event == domain.EventReleased }
+
+// Retried tells whether the line is of a failed task put back to pending
+// by a user (SPEC §12).
+func (l Line) Retried() bool { return l.Event == domain.EventRetried }
 
 // validWord accepts an event kind a future server might add, as long as it
 // is a plain lower-case word.

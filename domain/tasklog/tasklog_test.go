@@ -178,6 +178,12 @@ func TestParseLineReadsTheFailureModel(t *testing.T) {
 			domain.EventFailed, "", true, false, 0},
 		{"a code that is not a word is dropped", `{"t":1,"host":"h","queue":"q","id":"0123456789abcdef","event":"failed","error":"<b>x</b>"}`,
 			domain.EventFailed, "", true, false, 0},
+		{"cancelled: a failure with its code", `{"t":1785056822,"at":"2026-07-26T09:07:02.004Z","host":"task.example.com","queue":"resize","id":"5e0d9c2b4a7f1836","event":"cancelled","status":"failed","error":"cancelled","attempts":1,"worker":"box-3","bytes":{"item":30,"progress":0,"result":0,"error":11},"archived":[]}`,
+			domain.EventCancelled, "cancelled", true, false, 11},
+		{"cancelled without the field: the code is the event's", `{"t":1,"host":"h","queue":"q","id":"0123456789abcdef","event":"cancelled","status":"failed"}`,
+			domain.EventCancelled, "cancelled", true, false, 0},
+		{"retried: back to pending, no code", `{"t":1785056823,"at":"2026-07-26T09:07:03.004Z","host":"task.example.com","queue":"resize","id":"5e0d9c2b4a7f1836","event":"retried","status":"pending","attempts":0,"worker":null,"bytes":{"item":30,"progress":0,"result":0,"error":0},"archived":[]}`,
+			domain.EventRetried, "", false, false, 0},
 		{"no code on a result", `{"t":1,"host":"h","queue":"q","id":"0123456789abcdef","event":"result","status":"finished"}`,
 			domain.EventResult, "", false, false, 0},
 	}
@@ -191,6 +197,9 @@ func TestParseLineReadsTheFailureModel(t *testing.T) {
 				t.Errorf("event %q error %q failure %v gave back %v bytes.error %d", l.Event, l.Error, l.Failure(), l.GaveBack(), l.Bytes.Error)
 			}
 		})
+	}
+	if l, err := tasklog.ParseLine([]byte(cases[len(cases)-2].line)); err != nil || !l.Retried() || l.Status != domain.Pending {
+		t.Errorf("a retried line: %+v, %v", l, err)
 	}
 	if err := (tasklog.Filter{Error: "no such"}).Validate(); domain.KindOf(err) != domain.KindInvalid {
 		t.Errorf("a filter by a code that is not a word: err = %v", err)

@@ -1,4 +1,4 @@
-// Package bench is the load generator behind `taskhoster bench` (issue 6):
+// Package bench is the load generator behind `taskhoster bench`:
 // it starts the real server binary on a folder of the disc under test (or
 // talks to one already running) and measures throughput, hand-off latency,
 // claims on a deep queue, start-up and memory, each as the median of a few
@@ -90,7 +90,7 @@ const (
 // on ext4 without a journal.
 var AllSections = []string{SectionThroughput, SectionHandoff, SectionMemory, SectionDepth}
 
-// Defaults are issue 6's workload.
+// Defaults are the workload BENCHMARKS.md reports.
 func Defaults() Config {
 	return Config{
 		Runs: 3, N: 20000, Loads: []Pair{{8, 8}, {32, 32}}, K: 4,

@@ -99,7 +99,7 @@ type MemoryRow struct {
 	ItemBytes  int     `json:"item_bytes"`
 	RSSBefore  Summary `json:"rss_before_mib"`
 	RSSPer100k Summary `json:"rss_per_100k_mib"`
-	// Beyond is the RSS per task minus the item's bytes (issue 6's
+	// Beyond is the RSS per task minus the item's bytes (the target's
 	// "index overhead beyond the item bytes it keeps").
 	Beyond      Summary `json:"rss_per_task_beyond_item_bytes"`
 	HeapPer100k Summary `json:"heap_per_100k_mib"`
@@ -136,7 +136,7 @@ type PeerRow struct {
 	Ratios []PeerRatio `json:"ratios"`
 }
 
-// PeerRatio is one named ratio, with the target issue 6 sets for it
+// PeerRatio is one named ratio, with the target BENCHMARKS.md sets for it
 // (0: none).
 type PeerRatio struct {
 	Name   string  `json:"name"`
