@@ -587,3 +587,31 @@ func TestBatchClaim(t *testing.T) {
 	s.do("POST", "/ops/claim", "", `{"max":101}`).want(t, "max 101", 400, "invalid_request")
 	s.do("POST", "/ops/claim", "", `{"max":0}`).want(t, "max 0", 400, "invalid_request")
 }
+
+// TestQueueInfoShowsProblems: a served queue whose file turns invalid keeps
+// its last valid version, and GET /{queue} lists why, until it is fixed.
+func TestQueueInfoShowsProblems(t *testing.T) {
+	s, d := startManage(t)
+	if _, ok := s.do("GET", "/ops", aliceToken, ``).JSON(t)["problems"]; ok {
+		t.Fatalf("a valid queue shows problems")
+	}
+	file := filepath.Join(d.hosts, host, "taskhoster-queues", "opsopen.json")
+	writeFile(t, file, `{"item": {}, "settings": {"leaseSeconds": -1}, "access": {"post": "public", "manage": "public"}}`)
+	var info map[string]any
+	eventually(t, "the problems in GET /opsopen", func() bool {
+		info = s.do("GET", "/opsopen", "", ``).JSON(t)
+		return info["problems"] != nil
+	})
+	problems, _ := info["problems"].([]any)
+	if len(problems) == 0 || !strings.Contains(fmt.Sprint(problems), "leaseSeconds") {
+		t.Errorf("problems: %v", info["problems"])
+	}
+	if info["paused"] != false || s.do("POST", "/opsopen", "", `{}`).Status != 201 {
+		t.Errorf("the last valid version is not served: %v", info)
+	}
+	writeFile(t, file, `{"item": {}, "access": {"post": "public", "status": "public", "work": "public", "manage": "public"}}`)
+	eventually(t, "the problems gone", func() bool {
+		_, ok := s.do("GET", "/opsopen", "", ``).JSON(t)["problems"]
+		return !ok
+	})
+}
