@@ -74,13 +74,20 @@ func New(svc *app.Service, config ports.Config, opt Options) *API {
 			r.Post("/", a.post)
 			r.HandleFunc("/claim", only(http.MethodPost, a.claim))
 			r.HandleFunc("/work", only(http.MethodGet, a.work))
+			r.HandleFunc("/tasks", only(http.MethodGet, a.listTasks))
+			r.HandleFunc("/batch", only(http.MethodPost, a.batch))
+			r.HandleFunc("/purge", only(http.MethodPost, a.purge))
+			r.HandleFunc("/pause", only(http.MethodPost, a.setPaused(true)))
+			r.HandleFunc("/resume", only(http.MethodPost, a.setPaused(false)))
 			r.Get("/{id}", a.status)
+			r.Delete("/{id}", a.cancel)
 			r.Get("/{id}/watch", a.watch)
 			r.Post("/{id}/progress", a.onTask(progressCall))
 			r.Post("/{id}/result", a.onTask(resultCall))
 			r.Post("/{id}/heartbeat", a.onTask(heartbeatCall))
 			r.Post("/{id}/release", a.onTask(releaseCall))
 			r.Post("/{id}/fail", a.onTask(failCall))
+			r.Post("/{id}/retry", a.retry)
 		})
 	})
 	a.router = r
@@ -90,7 +97,7 @@ func New(svc *app.Service, config ports.Config, opt Options) *API {
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.router.ServeHTTP(w, r) }
 
 // only lets one method through to h and answers 405 to the others, for the
-// fixed paths (claim, work) that would otherwise fall through to /{id}.
+// fixed paths (claim, work, tasks, ...) that would otherwise fall through to /{id}.
 func only(method string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,9 +38,23 @@ type nopSync struct{}
 
 func (nopSync) Sync(context.Context) error { return nil }
 
+// memPauses keeps pauses in memory, for the tests of pause and resume.
+type memPauses struct{ paused sync.Map }
+
+func (p *memPauses) Paused(q domain.QueueRef) bool { _, ok := p.paused.Load(q); return ok }
+
+func (p *memPauses) SetPaused(_ context.Context, q domain.QueueRef, paused bool) error {
+	if paused {
+		p.paused.Store(q, true)
+	} else {
+		p.paused.Delete(q)
+	}
+	return nil
+}
+
 // newAPI builds the HTTP API in-process over the memory store, with one
-// host and a strict and a public queue, and a public one with retries and a
-// failure schema.
+// host and a strict and a public queue, a public one with retries and a
+// failure schema, and one that alice manages (ops).
 func newAPI(tb testing.TB) (*httpapi.API, *index.Store) {
 	tb.Helper()
 	dir := tb.TempDir()
@@ -54,6 +69,8 @@ func newAPI(tb testing.TB) (*httpapi.API, *index.Store) {
 		"taskhoster-queues/retry.json": `{"item":{},"failure":{"type":"object"},
 			"settings":{"maxAttempts":2,"retryBaseSeconds":1},
 			"access":{"post":"public","status":"public","work":"public"}}`,
+		"taskhoster-queues/ops.json": `{"item":{"type":"object","properties":{"width":{"type":"integer"}}},
+			"access":{"post":["alice","box"],"status":["alice"],"work":"public","manage":["alice"]}}`,
 	}
 	for name, content := range files {
 		path := filepath.Join(dir, testHost, name)
@@ -71,7 +88,7 @@ func newAPI(tb testing.TB) (*httpapi.API, *index.Store) {
 	repo := index.New()
 	svc := app.New(app.Deps{
 		Repo: repo, Syncer: nopSync{}, Log: nopLog{}, Notifier: notify.NewHub(),
-		Clock: clock.System{}, Compiler: schema.Compiler{},
+		Clock: clock.System{}, Compiler: schema.Compiler{}, Pauses: &memPauses{},
 	})
 	return httpapi.New(svc, config, httpapi.Options{}), repo
 }
@@ -105,6 +122,22 @@ func FuzzRequest(f *testing.F) {
 		{"GET", "/", "", ``},
 		{"DELETE", "/open", "", ``},
 		{"POST", "/open", "not a token", "\x00\xff"},
+		// SPEC §12.
+		{"GET", "/ops/tasks?status=failed&order=newest&limit=5&after=abc&query=%7B%22type%22%3A%22object%22%7D", aliceToken, ``},
+		{"GET", "/ops/tasks?limit=0&query=%7B", aliceToken, ``},
+		{"DELETE", "/ops/0123456789abcdef", aliceToken, ``},
+		{"DELETE", "/ops/0123456789abcdef", boxToken, ``},
+		{"DELETE", "/open/0123456789abcdef", "", ``},
+		{"POST", "/ops/0123456789abcdef/retry", aliceToken, ``},
+		{"POST", "/ops/purge?status=finished", aliceToken, ``},
+		{"POST", "/ops/purge?status=pending", aliceToken, ``},
+		{"POST", "/ops/batch", aliceToken, `{"items":[{"width":1},{"width":"x"}]}`},
+		{"POST", "/ops/batch?priority=3", boxToken, `{"items":[]}`},
+		{"POST", "/ops/batch", aliceToken, `{"items":{}}`},
+		{"POST", "/open/claim", "", `{"worker":"w","max":3}`},
+		{"POST", "/open/claim", "", `{"max":101}`},
+		{"GET", "/ops", aliceToken, ``},
+		{"GET", "/ops/pause", aliceToken, ``},
 	}
 	for _, s := range seeds {
 		f.Add(s.method, s.path, s.token, s.body)
@@ -148,11 +181,12 @@ func validMethod(m string) bool {
 }
 
 // total is every task of every queue, by state.
-func total(repo *index.Store) [3]ports.Counts {
-	return [3]ports.Counts{
+func total(repo *index.Store) [4]ports.Counts {
+	return [4]ports.Counts{
 		repo.Counts(domain.QueueRef{Host: testHost, Queue: "resize"}),
 		repo.Counts(domain.QueueRef{Host: testHost, Queue: "open"}),
 		repo.Counts(domain.QueueRef{Host: testHost, Queue: "retry"}),
+		repo.Counts(domain.QueueRef{Host: testHost, Queue: "ops"}),
 	}
 }
 

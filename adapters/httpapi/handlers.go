@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -36,18 +37,26 @@ func (a *API) post(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
+	if opts.Key, err = idempotencyKey(r); err != nil {
+		a.writeError(w, r, err)
+		return
+	}
 	body, err := readBody(w, r, q.Settings.MaxItemBytes)
 	if err != nil {
 		a.writeError(w, r, err)
 		return
 	}
 	t, err := a.svc.Post(r.Context(), q, user, body, opts)
-	if err != nil {
+	status := http.StatusCreated
+	switch {
+	case errors.Is(err, app.ErrPostedBefore):
+		status = http.StatusOK // the first post with this key made it (SPEC §12)
+	case err != nil:
 		a.writeError(w, r, err)
 		return
 	}
 	w.Header().Set("Location", "/"+q.Name+"/"+t.ID)
-	writeJSON(w, http.StatusCreated, map[string]any{"id": t.ID, "status": t.Status})
+	writeJSON(w, status, map[string]any{"id": t.ID, "status": t.Status})
 }
 
 func (a *API) status(w http.ResponseWriter, r *http.Request) {
@@ -74,12 +83,17 @@ func (a *API) queueInfo(w http.ResponseWriter, r *http.Request) {
 	if q.FailureRaw != nil {
 		schemas["failure"] = q.FailureRaw // only when the queue file gives one (SPEC §11)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{
+	info := map[string]any{
 		"name":     q.Name,
 		"settings": q.Settings,
 		"schemas":  schemas,
 		"counts":   countsView(a.svc.Counts(q)),
-	})
+		"paused":   a.svc.Paused(q),
+	}
+	if len(q.Problems) > 0 {
+		info["problems"] = q.Problems // the file on disc is invalid; this is its last valid version
+	}
+	writeJSON(w, http.StatusOK, info)
 }
 
 // countsView is the JSON shape of a queue's counts (SPEC §3).
@@ -91,6 +105,7 @@ type claimRequest struct {
 	Worker *string         `json:"worker"`
 	Query  json.RawMessage `json:"query"`
 	Wait   *float64        `json:"wait"`
+	Max    *int            `json:"max"` // a batch claim (SPEC §12)
 }
 
 func (a *API) claim(w http.ResponseWriter, r *http.Request) {
@@ -115,6 +130,10 @@ func (a *API) claim(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
+	if req.Max != nil {
+		a.claimMany(w, r, worker, req, wait)
+		return
+	}
 	t, err := a.svc.Claim(r.Context(), q, worker, req.Query, wait)
 	if errors.Is(err, domain.ErrNotFound) {
 		w.WriteHeader(http.StatusNoContent)
@@ -125,6 +144,27 @@ func (a *API) claim(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, ClaimView(t))
+}
+
+// claimMany answers a claim that asks for up to max tasks: 200 {"tasks"},
+// one or more, or 204.
+func (a *API) claimMany(w http.ResponseWriter, r *http.Request, worker string, req claimRequest, wait time.Duration) {
+	tasks, err := a.svc.ClaimMany(r.Context(), queueOf(r), worker, req.Query, wait, *req.Max)
+	if errors.Is(err, domain.ErrNotFound) {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if err != nil && len(tasks) == 0 {
+		a.writeError(w, r, err)
+		return
+	}
+	// A store failure after some claims still hands those out: they are
+	// processing under this worker's lease, and would otherwise wait for it.
+	views := make([]map[string]any, len(tasks))
+	for i, t := range tasks {
+		views[i] = ClaimView(t)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tasks": views})
 }
 
 // ClaimView is what a worker is handed with a task (over HTTP and sockets).

@@ -52,7 +52,7 @@ func (s *Sockets) Work(w http.ResponseWriter, r *http.Request, q *domain.Queue, 
 		s:    s, q: q, name: name,
 		logger: s.logger.With(zap.String("host", q.Host), zap.String("queue", q.Name), zap.String("worker", name)),
 		slots:  make(chan struct{}, maxReports),
-		held:   make(map[string]int),
+		held:   make(map[string]holding),
 	}
 	wk.read()
 	wk.release()
@@ -82,13 +82,21 @@ type worker struct {
 	name   string
 	logger *zap.Logger
 
-	claims sync.WaitGroup // one per outstanding claim goroutine
-	lanes  lanes          // messages about tasks being applied
-	slots  chan struct{}  // bounds the messages being applied at once
+	claims   sync.WaitGroup // one per outstanding claim goroutine
+	lanes    lanes          // messages about tasks being applied
+	slots    chan struct{}  // bounds the messages being applied at once
+	watchers sync.WaitGroup // one per held task, watching for its cancel
 
 	mu      sync.Mutex
-	waiting int            // outstanding claims
-	held    map[string]int // task id → attempt number of the claim that handed it out here
+	waiting int                // outstanding claims
+	held    map[string]holding // task id → the claim that handed it out here
+}
+
+// holding is a task a worker socket holds: the attempt number of the claim
+// that handed it out here, and how to stop watching it for a cancel.
+type holding struct {
+	attempts int
+	unwatch  context.CancelFunc
 }
 
 // message is anything a worker sends. Fields keep their raw JSON so that
@@ -120,6 +128,10 @@ type (
 		Accepted bool            `json:"accepted"`
 		Status   domain.Status   `json:"status,omitempty"` // why not, when refused; where it went, after release
 		Lease    *domain.Lease   `json:"lease,omitempty"`  // the extended lease, after progress or heartbeat
+	}
+	cancelledReply struct {
+		Type string `json:"type"`
+		ID   string `json:"id"`
 	}
 	errorReply struct {
 		Type string          `json:"type"`
@@ -214,7 +226,64 @@ func (w *worker) settle(t *domain.Task) {
 	defer w.mu.Unlock()
 	w.waiting--
 	if t != nil {
-		w.held[t.ID] = t.Attempts
+		w.hold(t.ID, t.Attempts)
+	}
+}
+
+// hold records that this socket holds task id under claim attempts, and
+// watches it for a cancel while it does. The caller holds w.mu.
+func (w *worker) hold(id string, attempts int) {
+	if h, ok := w.held[id]; ok {
+		h.unwatch() // an older claim of the same task, given back and taken again
+	}
+	ctx, unwatch := context.WithCancel(w.ctx)
+	w.held[id] = holding{attempts: attempts, unwatch: unwatch}
+	w.watchers.Add(1)
+	go w.watchCancel(ctx, id, attempts)
+}
+
+// drop stops holding task id if this socket still holds it under claim
+// attempts. The caller holds w.mu.
+func (w *worker) drop(id string, attempts int) {
+	if h, ok := w.held[id]; ok && h.attempts == attempts {
+		h.unwatch()
+		delete(w.held, id)
+	}
+}
+
+// cancelWatchBuffer is how many changes of a held task the watch for its
+// cancel may fall behind before it starts over (it reads them at once).
+const cancelWatchBuffer = 16
+
+// watchCancel follows the changes of a task this socket holds under claim
+// attempts, and tells the worker at once when the task is cancelled:
+// {"type": "cancelled", "id"} (SPEC §12), so the work can stop. It ends
+// once the task is no longer processing under that claim, or ctx ends (the
+// task was handed in or given back, or the socket is gone).
+func (w *worker) watchCancel(ctx context.Context, id string, attempts int) {
+	defer w.watchers.Done()
+	for ctx.Err() == nil {
+		watch, err := w.s.svc.Watch(ctx, w.q, id, cancelWatchBuffer)
+		if err != nil {
+			return // deleted, or the store is failing: nothing to tell
+		}
+		t := watch.Task
+		for err == nil && t.Status == domain.Processing && t.Attempts == attempts {
+			var ev domain.Event
+			ev, err = watch.Next(ctx)
+			t = ev.Task
+		}
+		watch.Close()
+		if errors.Is(err, app.ErrWatchLost) {
+			continue // fell behind: read the record afresh
+		}
+		if err == nil && t.Attempts == attempts && t.Status == domain.Failed && t.Error != nil && *t.Error == domain.CancelledError {
+			w.mu.Lock()
+			w.drop(id, attempts)
+			w.mu.Unlock()
+			w.send(cancelledReply{Type: "cancelled", ID: id})
+		}
+		return
 	}
 }
 
@@ -254,7 +323,7 @@ func (w *worker) report(m message) {
 func (w *worker) apply(m message) {
 	ctx := context.WithoutCancel(w.ctx)
 	w.mu.Lock()
-	attempts, wasHeld := w.held[m.ID]
+	h, wasHeld := w.held[m.ID]
 	w.mu.Unlock()
 	out, err := w.call(ctx, m)
 	if err != nil {
@@ -267,11 +336,9 @@ func (w *worker) apply(m message) {
 	// this socket's lease. Unless a claim of this socket took it again
 	// meanwhile (a task given back may come straight back), which holds it
 	// under another attempt.
-	if (m.Type != "progress" && m.Type != "heartbeat") || !out.Accepted {
+	if wasHeld && ((m.Type != "progress" && m.Type != "heartbeat") || !out.Accepted) {
 		w.mu.Lock()
-		if now, ok := w.held[m.ID]; ok == wasHeld && now == attempts {
-			delete(w.held, m.ID)
-		}
+		w.drop(m.ID, h.attempts)
 		w.mu.Unlock()
 	}
 	w.send(ackReply{Type: "ack", Ref: m.Ref, Accepted: out.Accepted, Status: ackStatus(m.Type, out), Lease: out.Lease})
@@ -327,11 +394,12 @@ func (w *worker) release() {
 	w.cancel()
 	w.claims.Wait()
 	w.lanes.wait()
+	w.watchers.Wait() // they end with w.ctx
 
 	// No goroutine touches held any more.
 	requeued := 0
-	for id, attempts := range w.held {
-		ok, err := w.s.svc.Requeue(context.Background(), w.q, id, attempts, domain.CauseSocket)
+	for id, h := range w.held {
+		ok, err := w.s.svc.Requeue(context.Background(), w.q, id, h.attempts, domain.CauseSocket)
 		if err != nil {
 			w.logger.Error("re-queue a closed socket's task", zap.String("id", id), zap.Error(err))
 		}

@@ -199,3 +199,59 @@ func TestSlowWatcherIsToldToComeBack(t *testing.T) {
 		t.Errorf("the watcher got all %d views; it was never cut off", next)
 	}
 }
+
+// TestHolderIsToldOfCancel: a worker socket holding a task is sent
+// {"type":"cancelled","id"} as soon as the task is cancelled (SPEC §12), and
+// its next report about it is refused with the status.
+func TestHolderIsToldOfCancel(t *testing.T) {
+	f := newFixture(t, index.New(), wsapi.Options{})
+	ctx := context.Background()
+	c := f.dial(t, "/work?worker=w1")
+	send := func(msg string) {
+		t.Helper()
+		if err := c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ids []string
+	for i := range 2 {
+		task, err := f.svc.Post(ctx, f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, task.ID)
+		send(fmt.Sprintf(`{"type":"claim","ref":%d}`, i))
+		if got := read(t, c); !strings.Contains(got, `"type":"task"`) {
+			t.Fatalf("claim: %s", got)
+		}
+	}
+	// The first is handed in: a cancel after that changes nothing and tells nothing.
+	send(`{"type":"result","ref":5,"id":"` + ids[0] + `","result":{}}`)
+	if got := read(t, c); got != `{"type":"ack","ref":5,"accepted":true}` {
+		t.Fatalf("result: %s", got)
+	}
+	if out, err := f.svc.Cancel(ctx, f.q, ids[0], app.Canceller{Manage: true}); err != nil || out.Accepted {
+		t.Fatalf("cancel of a finished task: %+v %v", out, err)
+	}
+	out, err := f.svc.Cancel(ctx, f.q, ids[1], app.Canceller{User: "alice"})
+	if err != nil || !out.Accepted {
+		t.Fatalf("cancel: %+v %v", out, err)
+	}
+	if got, want := read(t, c), `{"type":"cancelled","id":"`+ids[1]+`"}`; got != want {
+		t.Fatalf("after the cancel the socket got %s, want %s", got, want)
+	}
+	send(`{"type":"progress","ref":6,"id":"` + ids[1] + `","progress":{}}`)
+	if got := read(t, c); got != `{"type":"ack","ref":6,"accepted":false,"status":"failed"}` {
+		t.Errorf("progress after the cancel: %s", got)
+	}
+	send(`{"type":"heartbeat","ref":7,"id":"` + ids[1] + `"}`)
+	if got := read(t, c); got != `{"type":"ack","ref":7,"accepted":false,"status":"failed"}` {
+		t.Errorf("heartbeat after the cancel: %s", got)
+	}
+	_ = c.Close()
+	<-f.workEnd
+	got, err := f.repo.Get(ctx, domain.Key{Host: f.q.Host, Queue: f.q.Name, ID: ids[1]})
+	if err != nil || got.Status != domain.Failed || got.Error == nil || *got.Error != domain.CancelledError {
+		t.Errorf("cancelled task after its socket closed: %+v %v", got, err)
+	}
+}

@@ -173,7 +173,7 @@ func TestAuthMatrix(t *testing.T) {
 		{"public post anonymous", "POST", "/public", "", `{"a":1}`, 201},
 		{"public queue info anonymous", "GET", "/public", "", "", 200},
 		{"logs-only action does not grant status", "GET", "/resize/" + id, eveToken, "", 403},
-		{"method not allowed on task", "DELETE", "/resize/" + id, aliceToken, "", 405},
+		{"method not allowed on task", "PUT", "/resize/" + id, aliceToken, "", 405}, // DELETE is a cancel (SPEC §12)
 		{"method not allowed on claim", "GET", "/resize/claim", boxToken, "", 405},
 		{"method not allowed on work", "POST", "/resize/work", boxToken, "", 405},
 	}

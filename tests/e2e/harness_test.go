@@ -226,9 +226,18 @@ func (s *server) do(method, path, token, body string) response {
 
 func (s *server) doHost(method, path, hostHeader, token, body string) response {
 	s.t.Helper()
+	return s.doHeader(method, path, hostHeader, token, body, nil)
+}
+
+// doHeader is doHost with extra request headers.
+func (s *server) doHeader(method, path, hostHeader, token, body string, header http.Header) response {
+	s.t.Helper()
 	req, err := http.NewRequest(method, s.url+path, strings.NewReader(body))
 	if err != nil {
 		s.t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
 	}
 	req.Host = hostHeader
 	if token != "" {
