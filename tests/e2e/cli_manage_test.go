@@ -19,12 +19,12 @@ import (
 // client and the Go client. All but TestCLIManageUsage need the server's
 // side of §12.
 
-// manageQueues adds the queues of these tests to a hosts folder, before
+// cliManageQueues adds the queues of these tests to a hosts folder, before
 // the server starts:
 //   - ops: alice may post and manage, eve may post (and so cancel her own
 //     tasks), box may work; status and work public.
 //   - open: everything public, manage too.
-func manageQueues(t *testing.T, d dirs) {
+func cliManageQueues(t *testing.T, d dirs) {
 	t.Helper()
 	queues := filepath.Join(d.hosts, host, "taskhoster-queues")
 	writeFile(t, filepath.Join(queues, "ops.json"), `{
@@ -43,7 +43,7 @@ func manageQueues(t *testing.T, d dirs) {
 func startManage(t *testing.T) *server {
 	t.Helper()
 	d := newDirs(t)
-	manageQueues(t, d)
+	cliManageQueues(t, d)
 	return start(t, d)
 }
 
