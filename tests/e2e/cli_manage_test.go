@@ -40,7 +40,7 @@ func cliManageQueues(t *testing.T, d dirs) {
 	}`)
 }
 
-func startManage(t *testing.T) *server {
+func startCLIManage(t *testing.T) *server {
 	t.Helper()
 	d := newDirs(t)
 	cliManageQueues(t, d)
@@ -119,7 +119,7 @@ func TestCLIManageUsage(t *testing.T) {
 // retry a pending one (not_failed), purge the failed ones.
 func TestCLICancelRetryPurge(t *testing.T) {
 	t.Parallel()
-	s := startManage(t)
+	s := startCLIManage(t)
 	pending := s.post("open", "", `{"n":1}`)
 	held := s.post("open", "", `{"n":2}`)
 	third := s.post("open", "", `{"n":3}`)
@@ -180,7 +180,7 @@ func TestCLICancelRetryPurge(t *testing.T) {
 // statuses, a query over the item, and --all.
 func TestCLITasksPaging(t *testing.T) {
 	t.Parallel()
-	s := startManage(t)
+	s := startCLIManage(t)
 	var ids []string
 	for i := range 5 {
 		ids = append(ids, s.post("open", "", fmt.Sprintf(`{"n":%d,"width":%d}`, i, i%2+1)))
@@ -251,7 +251,7 @@ func TestCLITasksPaging(t *testing.T) {
 // after resume they get the task.
 func TestCLIPauseResume(t *testing.T) {
 	t.Parallel()
-	s := startManage(t)
+	s := startCLIManage(t)
 	if r := s.cli("", "pause", "open"); r.code != 0 || r.stdout != "" {
 		t.Fatalf("pause: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
 	}
@@ -279,7 +279,7 @@ func TestCLIPauseResume(t *testing.T) {
 // in order, and a bad item refuses the whole batch naming its index.
 func TestCLIPostKeyAndBatch(t *testing.T) {
 	t.Parallel()
-	s := startManage(t)
+	s := startCLIManage(t)
 	r := s.cli("", "post", "open", `{"n":1}`, "--key", "order-17")
 	first := strings.TrimSpace(r.stdout)
 	if r.code != 0 || !idPattern.MatchString(first) || r.stderr != "" {
@@ -319,7 +319,7 @@ func TestCLIPostKeyAndBatch(t *testing.T) {
 // refused.
 func TestCLIManageAccess(t *testing.T) {
 	t.Parallel()
-	s := startManage(t)
+	s := startCLIManage(t)
 	alices := s.post("ops", aliceToken, `{"n":1}`)
 	eves := s.post("ops", eveToken, `{"n":2}`)
 	unknown := "0000000000000000000000000000dead"
@@ -364,7 +364,7 @@ func TestCLIManageAccess(t *testing.T) {
 // repeat from a new post; Tasks pages.
 func TestClientManage(t *testing.T) {
 	t.Parallel()
-	s := startManage(t)
+	s := startCLIManage(t)
 	c := s.clientAs("")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
