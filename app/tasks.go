@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/taskhoster/taskhoster/domain"
@@ -32,7 +33,7 @@ func (s *Service) Post(ctx context.Context, q *domain.Queue, user string, item [
 		return domain.Task{}, err
 	}
 	for {
-		t, err := s.create(ctx, q, user, item, posting)
+		t, err := s.create(ctx, q, user, item, posting, "")
 		if !errors.Is(err, domain.ErrKeyTaken) {
 			if err != nil {
 				return domain.Task{}, err
@@ -97,9 +98,19 @@ func (s *Service) PostBatch(ctx context.Context, q *domain.Queue, user string, i
 	if len(bad) > 0 {
 		return nil, &domain.Error{Kind: domain.KindSchema, Code: domain.CodeInvalidItem, Message: "items do not match the queue's schema; none was posted", Details: bad}
 	}
+	// The items of a batch share a postedAt, and claims take tasks of one
+	// time by id: ids drawn at random and handed out in ascending order
+	// keep the batch's order for its claims.
+	ids := make([]string, len(docs))
+	for i := range ids {
+		if ids[i], err = newID(); err != nil {
+			return nil, err
+		}
+	}
+	slices.Sort(ids)
 	tasks := make([]domain.Task, 0, len(docs))
-	for _, doc := range docs {
-		t, err := s.create(ctx, q, user, doc, posting)
+	for i, doc := range docs {
+		t, err := s.create(ctx, q, user, doc, posting, ids[i])
 		if err != nil {
 			// Take back what this batch stored: all or nothing.
 			for _, done := range tasks {
@@ -119,19 +130,21 @@ func (s *Service) PostBatch(ctx context.Context, q *domain.Queue, user string, i
 const MaxBatch = 1000
 
 // create stores one new task of item (already checked) and logs its post.
-// It does not flush.
-func (s *Service) create(ctx context.Context, q *domain.Queue, user string, item json.RawMessage, posting domain.PostOptions) (domain.Task, error) {
+// It does not flush. id is the task's id, or "" to draw one.
+func (s *Service) create(ctx context.Context, q *domain.Queue, user string, item json.RawMessage, posting domain.PostOptions, id string) (domain.Task, error) {
 	var t domain.Task
 	var ev domain.Event
 	stored := false
 	record := s.recorder(ctx, q, &ev)
 	for {
-		id, err := newID()
-		if err != nil {
-			return domain.Task{}, err
+		if id == "" {
+			var err error
+			if id, err = newID(); err != nil {
+				return domain.Task{}, err
+			}
 		}
 		t, ev = domain.Post(id, q.Host, q.Name, item, user, s.clock.Now(), posting)
-		err = s.repo.Create(ctx, t, func(t domain.Task) error {
+		err := s.repo.Create(ctx, t, func(t domain.Task) error {
 			stored = true
 			return record(t)
 		})
@@ -149,6 +162,7 @@ func (s *Service) create(ctx context.Context, q *domain.Queue, user string, item
 			return domain.Task{}, fmt.Errorf("post to %s/%s: %w", q.Host, q.Name, err)
 		}
 		// 2^64 ids make a collision all but impossible; if one happens, draw again.
+		id = ""
 	}
 }
 
