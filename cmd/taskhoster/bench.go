@@ -20,8 +20,10 @@ Starts this binary as "serve" on fresh folders under --dir (one server per
 run, on 127.0.0.1 ports the kernel picks) and measures, as the median
 [min–max] of --runs runs: throughput (P producers post N tasks while W
 workers finish them, over the socket and over HTTP, --sync always and none),
-hand-off latency to an idle worker, claims among many pending tasks,
-start-up over many task files, and memory per pending task. Every
+hand-off latency to an idle worker, posts alone (P producers post N tasks
+one per request, then in batches of --batch-size, no workers: tasks/s and
+the ratio), claims among many pending tasks, start-up over many task
+files, and memory per pending task. Every
 throughput run checks that each task was finished exactly once (by the
 clients and by the event log); any failure exits 1.
 
@@ -64,6 +66,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		depths     = fs.String("depths", "100,10000,1000000", "pending tasks for the depth and start-up runs")
 		claims     = fs.Int("claims", d.Claims, "claims per depth run, with and without a query")
 		depthSync  = fs.String("depth-sync", d.DepthSync, "--sync of the depth and start-up servers")
+		batchSize  = fs.Int("batch-size", d.Batch, "tasks per batch post in the posts section (1 to 1000)")
 		memory     = fs.Int("memory", d.Memory, "tasks posted for the memory run")
 		timeout    = fs.Duration("timeout", d.Timeout, "the longest one run may take")
 		jsonOut    = fs.String("json", "", "also write the report as JSON to this file")
@@ -92,6 +95,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	c.Logs = *logs
 	c.N, c.K, c.Runs, c.ItemBytes = *n, *k, *runs, *itemBytes
 	c.Handoffs, c.Claims, c.DepthSync, c.Memory, c.Timeout = *handoffs, *claims, *depthSync, *memory, *timeout
+	c.Batch = *batchSize
 	c.Peers, c.Beanstalkd, c.Fsfloor, c.Features = *peers, *beanstalkd, *fsfloor, *features
 	c.Syncs, c.Transports, c.Sections, c.FloorModes = benchList(*modes), benchList(*transports), benchList(*sections), benchList(*floorModes)
 	var err error

@@ -1,7 +1,8 @@
 // Package bench is the load generator behind `taskhoster bench`:
 // it starts the real server binary on a folder of the disc under test (or
 // talks to one already running) and measures throughput, hand-off latency,
-// claims on a deep queue, start-up and memory, each as the median of a few
+// posts alone (one per request and in batches), claims on a deep queue,
+// start-up and memory, each as the median of a few
 // runs with their range. With Peers it runs the same throughput workload
 // against beanstalkd and the fsfloor tool, interleaved with Taskhoster's
 // runs, and reports the ratios.
@@ -58,6 +59,7 @@ type Config struct {
 	// are not flushed anyway, and the posts between them would otherwise
 	// leave flushes running that the claims compete with.
 	DepthSync string
+	Batch     int           // tasks per batch post in the posts section (1 to 1000)
 	Memory    int           // tasks posted for the memory run
 	Settle    time.Duration // pause before each memory reading
 	Timeout   time.Duration // the longest one run may take
@@ -81,6 +83,7 @@ type Config struct {
 const (
 	SectionThroughput = "throughput"
 	SectionHandoff    = "handoff"
+	SectionPosts      = "posts" // single posts vs batch posts, no workers
 	SectionMemory     = "memory"
 	SectionDepth      = "depth" // depth and start-up
 )
@@ -88,7 +91,7 @@ const (
 // AllSections in the order they run: the depth runs come last because
 // creating and deleting a million files slows every later file creation
 // on ext4 without a journal.
-var AllSections = []string{SectionThroughput, SectionHandoff, SectionMemory, SectionDepth}
+var AllSections = []string{SectionThroughput, SectionHandoff, SectionPosts, SectionMemory, SectionDepth}
 
 // Defaults are the workload BENCHMARKS.md reports.
 func Defaults() Config {
@@ -96,7 +99,7 @@ func Defaults() Config {
 		Runs: 3, N: 20000, Loads: []Pair{{8, 8}, {32, 32}}, K: 4,
 		Transports: []string{Socket, HTTP}, Syncs: []string{"always", "none"},
 		ItemBytes: 200, Handoffs: 1000, Depths: []int{100, 10_000, 1_000_000},
-		Claims: 100, DepthSync: "none", Memory: 100_000, Settle: time.Second, Timeout: 10 * time.Minute,
+		Claims: 100, DepthSync: "none", Batch: 100, Memory: 100_000, Settle: time.Second, Timeout: 10 * time.Minute,
 		FloorModes: []string{"none", "syncfs2", "wal", "group"},
 	}
 }
@@ -118,6 +121,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Runs < 1 || c.N < 1 || c.K < 1 || c.K > 256 || c.ItemBytes < 30:
 		return errors.New("runs, n and k must be at least 1 (k at most 256), item bytes at least 30")
+	case c.section(SectionPosts) && (c.Batch < 1 || c.Batch > 1000):
+		return errors.New("batch size must be 1 to 1000 (the server's limit)")
 	case len(c.Loads) == 0:
 		return errors.New("no workload (p, w) given")
 	case c.own() && (c.Binary == "" || c.Dir == ""):
@@ -168,14 +173,18 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 		rep.Handoff = runHandoff(ctx, c, rep)
 	}
 	if c.own() {
+		if c.section(SectionPosts) {
+			rep.Posts = runPosts(ctx, c, rep)
+		}
 		if c.section(SectionMemory) && c.Memory > 0 {
 			rep.Memory = runMemory(ctx, c, rep)
 		}
 		if c.section(SectionDepth) {
 			rep.Depth = runDepth(ctx, c, rep)
 		}
-	} else if c.section(SectionMemory) || c.section(SectionDepth) {
-		rep.Notes = append(rep.Notes, "memory, depth and start-up need a server the bench starts: skipped with --url")
+	} else if c.section(SectionPosts) || c.section(SectionMemory) || c.section(SectionDepth) {
+		// Posts without workers would leave 2 N tasks pending on it.
+		rep.Notes = append(rep.Notes, "posts, memory, depth and start-up need a server the bench starts: skipped with --url")
 	}
 	if ctx.Err() != nil {
 		rep.fail("bench", fmt.Errorf("interrupted: %w", ctx.Err()))

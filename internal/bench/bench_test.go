@@ -300,3 +300,66 @@ func TestSmokePeers(t *testing.T) {
 		t.Errorf("ratios: %+v", rep.Peers[0].Ratios)
 	}
 }
+
+// TestPosts runs the posts section tiny against real servers (every row
+// positive, the ratio taken), then posts one way and the other to one
+// server and checks the tasks are there: GET /bench counts them, and the
+// first and last id of each kind can be read back.
+func TestPosts(t *testing.T) {
+	t.Parallel()
+	bin := buildServer(t)
+	c := Defaults()
+	c.Binary, c.Dir, c.Label = bin, t.TempDir(), "test"
+	c.Sections = []string{SectionPosts}
+	c.Runs, c.N, c.Loads, c.Batch = 1, 200, []Pair{{4, 4}}, 30
+	c.Timeout = time.Minute
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(rep.Posts) != 2 {
+		t.Fatalf("%d posts rows, want 2 (one per sync mode)", len(rep.Posts))
+	}
+	for _, r := range rep.Posts {
+		if r.Failed != 0 || r.Batch != 30 || r.Single.Median <= 0 || r.Batched.Median <= 0 || r.Ratio.Median <= 0 ||
+			r.SingleCPU.Median < 0 || r.BatchCPU.Median < 0 || len(r.Ratio.Runs) != 1 {
+			t.Errorf("posts row %+v", r)
+		}
+	}
+	var out bytes.Buffer
+	if err := rep.Print(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "6. Posts, no workers: one task per request vs batches of 30") {
+		t.Errorf("report lacks the posts table:\n%s", out.String())
+	}
+
+	f, err := NewFolders(t.TempDir(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := StartServer(bin, f, "always", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Kill()
+	ctx := context.Background()
+	ld := c.load(Pair{P: 4, W: 1})
+	a := newAPI(s.Target, 1)
+	defer a.close()
+	for i, batch := range []int{1, 30} { // 200 is no multiple of 30: the last batch is short
+		r, ids, err := Posts(ctx, s.Target, ld, batch)
+		if err != nil || r.TPS <= 0 || len(ids) != c.N {
+			t.Fatalf("Posts batch %d: %+v, %d ids, %v", batch, r, len(ids), err)
+		}
+		counts, err := a.counts(ctx)
+		if err != nil || counts["pending"] != (i+1)*c.N {
+			t.Errorf("after batch %d: counts %v, %v; want %d pending", batch, counts, err, (i+1)*c.N)
+		}
+		for _, id := range []string{ids[0], ids[len(ids)-1]} {
+			if code, data, err := a.do(ctx, "GET", "/"+benchQueue+"/"+id, nil); err != nil || code != 200 || !strings.Contains(string(data), `"pending"`) {
+				t.Errorf("GET task %s: %d %s %v", id, code, data, err)
+			}
+		}
+	}
+}

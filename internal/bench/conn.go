@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -64,22 +65,68 @@ func (a *api) do(ctx context.Context, method, path string, body []byte) (int, []
 
 // post posts item and returns the new task's id.
 func (a *api) post(ctx context.Context, item []byte) (string, error) {
-	path := "/" + url.PathEscape(a.t.Queue)
+	var created struct{ ID string }
+	if err := a.create(ctx, "post", "", item, &created); err != nil {
+		return "", err
+	}
+	if created.ID == "" {
+		return "", errors.New("post: answer without an id")
+	}
+	return created.ID, nil
+}
+
+// postBatch posts items in one request (POST /{queue}/batch) and returns
+// the new tasks' ids, in the items' order.
+func (a *api) postBatch(ctx context.Context, items [][]byte) ([]string, error) {
+	raw := make([]json.RawMessage, len(items))
+	for i, it := range items {
+		raw[i] = it
+	}
+	body, err := json.Marshal(map[string]any{"items": raw})
+	if err != nil {
+		return nil, err
+	}
+	var created struct{ IDs []string }
+	if err := a.create(ctx, "batch post", "/batch", body, &created); err != nil {
+		return nil, err
+	}
+	return created.IDs, nil
+}
+
+// create posts body to the queue's path plus sub (with a priority, for
+// Target.Priorities), wants a 201 and reads its answer into out.
+func (a *api) create(ctx context.Context, what, sub string, body []byte, out any) error {
+	path := "/" + url.PathEscape(a.t.Queue) + sub
 	if a.t.Priorities {
 		path += "?priority=" + strconv.FormatInt(a.posts.Add(1)%11-5, 10)
 	}
-	code, data, err := a.do(ctx, http.MethodPost, path, item)
+	code, data, err := a.do(ctx, http.MethodPost, path, body)
 	if err != nil {
-		return "", fmt.Errorf("post: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	if code != http.StatusCreated {
-		return "", fmt.Errorf("post: HTTP %d %s", code, bytes.TrimSpace(data))
+		return fmt.Errorf("%s: HTTP %d %s", what, code, bytes.TrimSpace(data))
 	}
-	var created struct{ ID string }
-	if err := json.Unmarshal(data, &created); err != nil || created.ID == "" {
-		return "", fmt.Errorf("post: answer %q", data)
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("%s: answer %.200q: %w", what, data, err)
 	}
-	return created.ID, nil
+	return nil
+}
+
+// counts reads the queue's task counts (GET /{queue}).
+func (a *api) counts(ctx context.Context) (map[string]int, error) {
+	code, data, err := a.do(ctx, http.MethodGet, "/"+url.PathEscape(a.t.Queue), nil)
+	if err != nil {
+		return nil, fmt.Errorf("queue info: %w", err)
+	}
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("queue info: HTTP %d %s", code, bytes.TrimSpace(data))
+	}
+	var info struct{ Counts map[string]int }
+	if err := json.Unmarshal(data, &info); err != nil || info.Counts == nil {
+		return nil, fmt.Errorf("queue info: answer %.200q", data)
+	}
+	return info.Counts, nil
 }
 
 // claimed is a task handed to a worker, over HTTP or the socket.

@@ -29,6 +29,7 @@ type Report struct {
 
 	Throughput []ThroughputRow `json:"throughput,omitempty"`
 	Handoff    []HandoffRow    `json:"handoff,omitempty"`
+	Posts      []PostsRow      `json:"posts,omitempty"`
 	Memory     *MemoryRow      `json:"memory,omitempty"`
 	Depth      []DepthRow      `json:"depth,omitempty"`
 	Peers      []PeerRow       `json:"peers,omitempty"`
@@ -91,6 +92,23 @@ type HandoffRow struct {
 	DeliverP99 Summary `json:"deliver_p99_ms"`
 	PostP50    Summary `json:"post_p50_ms"`
 	PostP99    Summary `json:"post_p99_ms"`
+}
+
+// PostsRow is one producer count and sync mode of the posts section:
+// tasks posted per second with no workers, one task per request (Single)
+// and Batch per batch post (Batched), with the server's CPU ms per task.
+// Ratio is Batched ÷ Single, taken within each round.
+type PostsRow struct {
+	Sync      string  `json:"sync"`
+	P         int     `json:"p"`
+	N         int     `json:"n"`
+	Batch     int     `json:"batch"`
+	Single    Summary `json:"single_tps"`
+	Batched   Summary `json:"batch_tps"`
+	Ratio     Summary `json:"batch_over_single"`
+	SingleCPU Summary `json:"single_server_cpu_ms_per_task"`
+	BatchCPU  Summary `json:"batch_server_cpu_ms_per_task"`
+	Failed    int     `json:"failed_runs"`
 }
 
 // MemoryRow is the memory per 100 000 pending tasks, posted over HTTP.
@@ -325,6 +343,17 @@ func (r *Report) Print(w io.Writer) error {
 		table(fmt.Sprintf("5. Memory: %d tasks posted to an empty queue (RSS from /proc, heap from go_memstats_alloc_bytes)", m.Tasks),
 			"RSS before, MiB\tRSS per 100k, MiB\tRSS per task beyond its item, bytes\theap per 100k, MiB",
 			[][]string{{m.RSSBefore.String(), m.RSSPer100k.String(), m.Beyond.String(), m.HeapPer100k.String()}})
+	}
+
+	rows = nil
+	for _, b := range r.Posts {
+		rows = append(rows, []string{b.Sync, fmt.Sprint(b.P), fmt.Sprint(b.N), b.Single.String(), b.Batched.String(), b.Ratio.String(),
+			b.SingleCPU.String(), b.BatchCPU.String(), failed(b.Failed)})
+	}
+	if len(r.Posts) > 0 {
+		batch := r.Posts[0].Batch
+		table(fmt.Sprintf("6. Posts, no workers: one task per request vs batches of %d (tasks posted/s; server CPU ms per task)", batch),
+			"sync\tP\tN\tsingle/s\tbatch/s\tbatch ÷ single\tserver CPU single\tserver CPU batch\tcheck", rows)
 	}
 
 	for _, pr := range r.Peers {

@@ -35,24 +35,51 @@ const (
 // its task with post and records the id. It returns when every task is
 // posted or the run stopped.
 func produce(ctx context.Context, l *ledger, ld Load, post func(ctx context.Context, seq int, item []byte) (string, error)) {
+	produceBatches(ctx, l, ld, 1, func(ctx context.Context, first int, items [][]byte) ([]string, error) {
+		id, err := post(ctx, first, items[0])
+		return []string{id}, err
+	})
+}
+
+// produceBatches runs the producers: each takes the next size sequence
+// numbers (fewer at the end), posts their tasks in one request with post
+// and records the ids, which must come back one per item, in order.
+func produceBatches(ctx context.Context, l *ledger, ld Load, size int, post func(ctx context.Context, first int, items [][]byte) ([]string, error)) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range ld.P {
 		wg.Go(func() {
 			for !l.stopped() {
-				seq := int(next.Add(1)) - 1
-				if seq >= ld.N {
+				first := int(next.Add(int64(size))) - size
+				if first >= ld.N {
 					return
 				}
-				body := item(seq, "work", ld.ItemBytes)
-				l.postStart[seq].Store(l.now())
-				id, err := post(ctx, seq, body)
-				l.postEnd[seq].Store(l.now())
+				last := min(first+size, ld.N)
+				items := make([][]byte, 0, last-first)
+				for seq := first; seq < last; seq++ {
+					items = append(items, item(seq, "work", ld.ItemBytes))
+				}
+				start := l.now()
+				for seq := first; seq < last; seq++ {
+					l.postStart[seq].Store(start)
+				}
+				ids, err := post(ctx, first, items)
+				end := l.now()
+				if err == nil && len(ids) != len(items) {
+					err = fmt.Errorf("%d ids for %d items", len(ids), len(items))
+				}
 				if err != nil {
-					l.fail(fmt.Errorf("post task %d: %w", seq, err))
+					what := fmt.Sprintf("task %d", first)
+					if size > 1 {
+						what = fmt.Sprintf("tasks %d to %d", first, last-1)
+					}
+					l.fail(fmt.Errorf("post %s: %w", what, err))
 					return
 				}
-				l.ids[seq] = id
+				for i, id := range ids {
+					l.postEnd[first+i].Store(end)
+					l.ids[first+i] = id
+				}
 			}
 		})
 	}
