@@ -1,0 +1,97 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// migrations are the schema's versions, in order: migration i+1 brings a
+// database at version i to version i+1. Append, never edit.
+var migrations = []string{
+	// 1: tasks and pauses.
+	`CREATE TABLE tasks (
+		host            text     NOT NULL,
+		queue           text     NOT NULL,
+		id              text     NOT NULL,
+		status          text     NOT NULL,
+		stage           smallint NOT NULL, -- domain.Stage: 0 pending, 1 processing, 2 done
+		priority        bigint   NOT NULL,
+		eligible_at     bigint   NOT NULL, -- Unix ms: not_before, else posted_at
+		not_before      bigint,
+		posted_at       bigint   NOT NULL,
+		idempotency_key text,
+		record          bytea    NOT NULL, -- domain.EncodeTask
+		CONSTRAINT tasks_pkey PRIMARY KEY (host, queue, id)
+	);
+	CREATE UNIQUE INDEX tasks_idempotency_key ON tasks (host, queue, idempotency_key)
+		WHERE idempotency_key IS NOT NULL;
+	-- Claims: claim order over the pending tasks.
+	CREATE INDEX tasks_claim ON tasks (host, queue, priority DESC, eligible_at, id)
+		WHERE status = 'pending';
+	-- Each and List of pending tasks, by (EligibleAt, id).
+	CREATE INDEX tasks_pending ON tasks (host, queue, eligible_at, id)
+		WHERE status = 'pending';
+	-- Due and Counts.Delayed.
+	CREATE INDEX tasks_delayed ON tasks (host, queue, not_before)
+		WHERE status = 'pending' AND not_before IS NOT NULL;
+	-- Each and List of processing and done tasks, by (postedAt, id).
+	CREATE INDEX tasks_posted ON tasks (host, queue, stage, posted_at, id);
+	CREATE TABLE pauses (
+		host  text NOT NULL,
+		queue text NOT NULL,
+		PRIMARY KEY (host, queue)
+	);`,
+}
+
+// migrationLock is the advisory lock key that serialises migrations: any
+// number, the same in every server.
+const migrationLock = 0x7461736b686f7374 // "taskhost"
+
+// migrate brings the database's schema to the latest version, in one
+// transaction under an advisory lock, so that of several servers starting
+// at once one migrates and the others find the work done.
+func migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return fail("migrate the schema", err)
+	}
+	defer rollback(tx)
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrationLock)); err != nil {
+		return fail("lock for migrating", err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    integer PRIMARY KEY,
+		applied_at timestamptz NOT NULL DEFAULT now()
+	)`); err != nil {
+		return fail("create schema_migrations", err)
+	}
+	var current int
+	if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&current); err != nil {
+		return fail("read the schema version", err)
+	}
+	if current > len(migrations) {
+		return fmt.Errorf("the database's schema is at version %d, newer than this server knows (%d): run a newer taskhoster", current, len(migrations))
+	}
+	for v := current + 1; v <= len(migrations); v++ {
+		if err := apply(ctx, tx, v); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fail("commit the migrations", err)
+	}
+	return nil
+}
+
+func apply(ctx context.Context, tx pgx.Tx, v int) error {
+	if _, err := tx.Exec(ctx, migrations[v-1]); err != nil {
+		return fail(fmt.Sprintf("migrate the schema to version %d", v), err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version) VALUES ($1)`, v); err != nil {
+		return fail("record the schema version", err)
+	}
+	return nil
+}

@@ -1,0 +1,289 @@
+package postgres
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"time"
+
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+// promote moves ref's looked-at time on to now, counting the pending tasks
+// whose notBefore came in between for Due: they were delayed when this
+// Store last looked, and are claimable now.
+func (s *Store) promote(ctx context.Context, ref domain.QueueRef, now int64) error {
+	q := s.queue(ref)
+	q.mu.Lock()
+	from := q.looked
+	if now <= from {
+		q.mu.Unlock()
+		return nil
+	}
+	q.looked = now
+	q.mu.Unlock()
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE host = $1 AND queue = $2 AND status = 'pending'
+		AND not_before > $3 AND not_before <= $4`, ref.Host, ref.Queue, from, now).Scan(&n)
+	if err != nil {
+		return fail("look for due tasks", err)
+	}
+	q.mu.Lock()
+	q.due += n
+	q.mu.Unlock()
+	return nil
+}
+
+// Due reports how many tasks of ref became claimable since the last call
+// (found by this call or by a ClaimNext), and the earliest notBefore still
+// to come.
+func (s *Store) Due(ctx context.Context, ref domain.QueueRef, now time.Time) (int, time.Time, error) {
+	if err := s.promote(ctx, ref, domain.Millis(now)); err != nil {
+		return 0, time.Time{}, err
+	}
+	q := s.queue(ref)
+	q.mu.Lock()
+	n, looked := q.due, q.looked
+	q.due = 0
+	q.mu.Unlock()
+	var next *int64
+	err := s.pool.QueryRow(ctx, `SELECT min(not_before) FROM tasks WHERE host = $1 AND queue = $2 AND status = 'pending'
+		AND not_before > $3`, ref.Host, ref.Queue, looked).Scan(&next)
+	if err != nil {
+		return n, time.Time{}, fail("look for delayed tasks", err)
+	}
+	if next == nil {
+		return n, time.Time{}, nil
+	}
+	return n, time.UnixMilli(*next).UTC(), nil
+}
+
+// Counts counts ref's tasks by stage with one indexed query (a COUNT, not
+// a maintained count: it costs in proportion to the queue's size). A
+// database that cannot be reached counts nothing.
+func (s *Store) Counts(ref domain.QueueRef) ports.Counts {
+	q := s.queue(ref)
+	q.mu.Lock()
+	looked := q.looked
+	q.mu.Unlock()
+	ctx, cancel := shortCtx()
+	defer cancel()
+	var c ports.Counts
+	_ = s.pool.QueryRow(ctx, `SELECT
+			count(*) FILTER (WHERE stage = 0),
+			count(*) FILTER (WHERE stage = 1),
+			count(*) FILTER (WHERE stage = 2),
+			count(*) FILTER (WHERE stage = 0 AND not_before > $3)
+		FROM tasks WHERE host = $1 AND queue = $2`, ref.Host, ref.Queue, looked).Scan(&c.Pending, &c.Processing, &c.Done, &c.Delayed)
+	return c
+}
+
+// eachPage is how many records Each reads at a time.
+const eachPage = 500
+
+// Each calls fn with each task of ref in stage st, pending ones by
+// (EligibleAt, id), the others by (postedAt, id), reading a page at a time.
+func (s *Store) Each(ctx context.Context, ref domain.QueueRef, st domain.Stage, fn func(domain.Task) bool) error {
+	if !st.Valid() {
+		return fmt.Errorf("each: no stage %d", st)
+	}
+	order := orderOf(st)
+	var after *position
+	for {
+		page, err := s.page(ctx, ref, st, "", order, false, after, eachPage)
+		if err != nil {
+			return err
+		}
+		for _, t := range page {
+			if !fn(t) {
+				return nil
+			}
+		}
+		if len(page) < eachPage {
+			return nil
+		}
+		last := page[len(page)-1]
+		after = &position{at: order.at(last), id: last.ID}
+	}
+}
+
+// order is how a stage's tasks are listed: by (EligibleAt, id) for pending
+// tasks, else (postedAt, id).
+type order struct {
+	column string
+	at     func(domain.Task) int64
+}
+
+func orderOf(st domain.Stage) order {
+	if st == domain.StagePending {
+		return order{"eligible_at", domain.Task.EligibleAt}
+	}
+	return order{"posted_at", func(t domain.Task) int64 { return t.PostedAt }}
+}
+
+// position is a place in an order: the order key and id of a task.
+type position struct {
+	at int64
+	id string
+}
+
+// page reads up to limit tasks of ref in stage st (and of status status,
+// unless ""), in o's order (newest: reversed), after the position after.
+func (s *Store) page(ctx context.Context, ref domain.QueueRef, st domain.Stage, status domain.Status, o order, newest bool, after *position, limit int) ([]domain.Task, error) {
+	query := `SELECT record FROM tasks WHERE host = $1 AND queue = $2`
+	args := []any{ref.Host, ref.Queue}
+	if st == domain.StagePending {
+		query += ` AND status = 'pending'` // the partial index tasks_pending
+	} else {
+		args = append(args, int16(st))
+		query += ` AND stage = $3`
+	}
+	if status != "" {
+		args = append(args, string(status))
+		query += fmt.Sprintf(` AND status = $%d`, len(args))
+	}
+	cmp, dir := ">", "ASC"
+	if newest {
+		cmp, dir = "<", "DESC"
+	}
+	if after != nil {
+		args = append(args, after.at, after.id)
+		query += fmt.Sprintf(` AND (%s, id) %s ($%d, $%d)`, o.column, cmp, len(args)-1, len(args))
+	}
+	query += fmt.Sprintf(` ORDER BY %s %s, id %s LIMIT %d`, o.column, dir, dir, limit)
+	return s.records(ctx, "list tasks", query, args...)
+}
+
+// Limits of List: the largest page, and how many tasks one page may test
+// against a matcher before it returns what it has.
+const (
+	maxListLimit = 1000
+	maxListTests = 10_000
+)
+
+// List returns a page of ref's tasks of status l.Status in List's order,
+// and the cursor of the next page.
+func (s *Store) List(ctx context.Context, ref domain.QueueRef, l ports.ListQuery) ([]domain.Task, string, error) {
+	if !l.Status.Valid() {
+		return nil, "", invalidList("no status %q", l.Status)
+	}
+	if l.Limit < 1 || l.Limit > maxListLimit {
+		return nil, "", invalidList("limit must be 1 to %d", maxListLimit)
+	}
+	st := l.Status.Stage()
+	want := cursor{queue: queueHash(ref), status: l.Status, newest: l.Newest}
+	var after *position
+	if l.After != "" {
+		c, err := parseCursor(l.After, want)
+		if err != nil {
+			return nil, "", err
+		}
+		after = &c.position
+	}
+	o := orderOf(st)
+	var tasks []domain.Task
+	for tested := 0; tested < maxListTests; {
+		batch := l.Limit - len(tasks)
+		if l.Match != nil {
+			batch = min(maxListLimit, maxListTests-tested)
+		}
+		page, err := s.page(ctx, ref, st, l.Status, o, l.Newest, after, batch)
+		if err != nil {
+			return nil, "", err
+		}
+		for _, t := range page {
+			tested++
+			after = &position{at: o.at(t), id: t.ID}
+			if l.Match == nil || l.Match.Match(t.Item) {
+				tasks = append(tasks, t)
+				if len(tasks) == l.Limit {
+					return tasks, want.from(*after).String(), nil
+				}
+			}
+		}
+		if len(page) < batch {
+			return tasks, "", nil
+		}
+	}
+	return tasks, want.from(*after).String(), nil
+}
+
+func invalidList(format string, args ...any) error {
+	return domain.E(domain.KindInvalid, domain.CodeInvalidRequest, format, args...)
+}
+
+// cursor is where a page of a listing ends: the listing (a hash of the
+// queue, the status and the order) and the position of the last task the
+// page looked at, so a cursor is not taken for another listing's.
+type cursor struct {
+	queue  uint64
+	status domain.Status
+	newest bool
+	position
+}
+
+const (
+	cursorVersion = 1
+	cursorLen     = 3 + 8 + 8 + 8
+)
+
+var cursorCoding = base64.RawURLEncoding
+
+// statuses numbers the statuses in a cursor.
+var statuses = []domain.Status{domain.Pending, domain.Processing, domain.Finished, domain.Failed}
+
+func queueHash(ref domain.QueueRef) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(ref.Host))
+	h.Write([]byte{0})
+	h.Write([]byte(ref.Queue))
+	return h.Sum64()
+}
+
+func (c cursor) from(p position) cursor {
+	c.position = p
+	return c
+}
+
+func (c cursor) String() string {
+	b := make([]byte, 3, cursorLen)
+	b[0] = cursorVersion
+	for i, st := range statuses {
+		if st == c.status {
+			b[1] = byte(i)
+		}
+	}
+	if c.newest {
+		b[2] = 1
+	}
+	id, _ := strconv.ParseUint(c.id, 16, 64) // ids are 16 hex digits
+	b = binary.BigEndian.AppendUint64(b, c.queue)
+	b = binary.BigEndian.AppendUint64(b, uint64(c.position.at))
+	b = binary.BigEndian.AppendUint64(b, id)
+	return cursorCoding.EncodeToString(b)
+}
+
+// parseCursor reads s as a cursor of the listing want names.
+func parseCursor(s string, want cursor) (cursor, error) {
+	b, err := cursorCoding.Strict().DecodeString(s)
+	if err != nil || len(b) != cursorLen || b[0] != cursorVersion || int(b[1]) >= len(statuses) || b[2] > 1 {
+		return cursor{}, invalidList("not a cursor of this store")
+	}
+	c := cursor{
+		status: statuses[b[1]],
+		newest: b[2] == 1,
+		queue:  binary.BigEndian.Uint64(b[3:]),
+	}
+	c.position = position{
+		at: int64(binary.BigEndian.Uint64(b[11:])),
+		id: fmt.Sprintf("%016x", binary.BigEndian.Uint64(b[19:])),
+	}
+	if c.queue != want.queue || c.status != want.status || c.newest != want.newest {
+		return cursor{}, invalidList("the cursor is of another list: another queue, status or order")
+	}
+	return c, nil
+}

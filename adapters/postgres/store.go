@@ -1,0 +1,166 @@
+// Package postgres keeps tasks and pauses in PostgreSQL (jackc/pgx v5,
+// pgxpool): ports.TaskRepository and ports.Pauses for servers that share
+// one database (issue 14).
+//
+// Schema. One row per task in tasks, keyed (host, queue, id). The record
+// itself is stored whole, in its stored form (domain.EncodeTask) as bytea,
+// so what is read back is what was stored, byte for byte; the fields that
+// queries sort or filter by are columns beside it: status and stage,
+// priority, eligible_at, not_before, posted_at (Unix ms) and
+// idempotency_key, under a unique index per queue. Paused queues are rows
+// of pauses. Migrations (migrate.go) run at Open, versioned in
+// schema_migrations, under a transaction-scoped advisory lock so that two
+// servers starting at once migrate once.
+//
+// One transaction per rule. Update, ClaimNext and Delete lock the task's
+// row (SELECT … FOR UPDATE), run fn and domain.CheckTransition on the
+// record read, write the row and commit; whoever holds the row decides, so
+// races (two claims, a result against a timeout) are decided by fn on the
+// current record. A claim without a query is one statement: the first
+// claimable pending row in claim order, FOR UPDATE SKIP LOCKED. A claim
+// with a query reads candidates in claim order, a batch at a time and
+// without locks, tests the Matcher on each in Go, and locks only a task it
+// accepts (re-checking that it is still claimable), so it never claims a
+// task the query rejects nor holds up tasks other queries want.
+//
+// Then runs after COMMIT. Running it before COMMIT would publish changes
+// nobody can read yet: a claim woken by a post would look, miss the
+// uncommitted task and go back to sleep with the task pending. So a change
+// takes a ticket of its queue while it still holds its row lock, commits,
+// and then runs its Then in ticket order, one at a time per queue: the
+// Then calls of a queue follow store order (a task's later change can take
+// its ticket only after the earlier one committed). Get and ByKey on this
+// Store wait for a task's Then that is still running, so a Get sees a
+// change only once its Then has returned, as the contract asks. That holds
+// within one server; across servers (a Get on another server) it is the
+// job of the Notifier on PostgreSQL, a later step of issue 14.
+//
+// Clocks. now comes from the caller (the server's clock), as with every
+// store; judging leases, delays and retention by the database's clock, so
+// that servers with skewed clocks agree, is a later step of issue 14. What
+// Due and Counts.Delayed count relative to ("the latest now a claim or Due
+// was given") is kept per Store, in memory: it tells this server's waiting
+// claims what became claimable.
+//
+// Durability. A change is durable when its COMMIT returns (with the
+// database's synchronous_commit on, its default), so this store needs no
+// Syncer: ports.Syncer.Sync has nothing left to flush.
+//
+// Errors. A database that cannot be reached is domain.KindUnavailable with
+// CodeStorageUnavailable (503); see fail.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+var (
+	_ ports.TaskRepository = (*Store)(nil)
+	_ ports.Pauses         = (*Store)(nil)
+)
+
+// Store is a TaskRepository and Pauses on one PostgreSQL database.
+type Store struct {
+	pool *pgxpool.Pool
+
+	mu     sync.Mutex
+	queues map[domain.QueueRef]*queue
+
+	pauses pauseCache
+}
+
+// Open connects to the database at url (a postgres:// URL or a key=value
+// string, as libpq takes), migrates its schema and returns the Store.
+func Open(ctx context.Context, url string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, "database URL: %v", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fail("connect to the database", err)
+	}
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &Store{pool: pool, queues: make(map[domain.QueueRef]*queue), pauses: newPauseCache()}, nil
+}
+
+// Close closes the connections.
+func (s *Store) Close() { s.pool.Close() }
+
+// queue is what the Store keeps in memory about one queue.
+type queue struct {
+	seq sequencer
+
+	mu     sync.Mutex
+	looked int64 // the latest now (ms) given to ClaimNext or Due
+	due    int   // tasks become claimable since the last Due
+}
+
+func (s *Store) queue(ref domain.QueueRef) *queue {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	q, ok := s.queues[ref]
+	if !ok {
+		q = &queue{looked: math.MinInt64}
+		q.seq.init()
+		s.queues[ref] = q
+	}
+	return q
+}
+
+// fail wraps a database error of op: one that says the database cannot be
+// reached (or is shutting down, or out of resources) becomes
+// KindUnavailable with CodeStorageUnavailable; an ended context stays as
+// it is; any other database error is Internal.
+func fail(op string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code[:2] {
+		case "08", "53", "57", "58", "40": // connection, resources, operator, system, rollback
+			return unavailable(op, err)
+		}
+		return &domain.Error{Kind: domain.KindInternal, Code: domain.CodeInternal, Message: op, Err: err}
+	}
+	return unavailable(op, err)
+}
+
+func unavailable(op string, err error) error {
+	return &domain.Error{Kind: domain.KindUnavailable, Code: domain.CodeStorageUnavailable,
+		Message: "the task database cannot be reached", Err: fmt.Errorf("%s: %w", op, err)}
+}
+
+// uniqueViolation reports which unique constraint err broke, if any.
+func uniqueViolation(err error) (constraint string, ok bool) {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" {
+		return pe.ConstraintName, true
+	}
+	return "", false
+}
+
+// shortCtx is the context of the calls the port gives none (Counts,
+// Paused): they give up after a few seconds.
+func shortCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 5*time.Second)
+}
+
+// rollback ends tx when it was not committed; its error is of no use.
+func rollback(tx pgx.Tx) { _ = tx.Rollback(context.Background()) }

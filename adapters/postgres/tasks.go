@@ -1,0 +1,328 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+// columns are a task's columns in the order row gives their values.
+const columns = `host, queue, id, status, stage, priority, eligible_at, not_before, posted_at, idempotency_key, record`
+
+// row is the column values of t, whose stored form is data.
+func row(t domain.Task, data []byte) []any {
+	var key *string
+	if t.IdempotencyKey != "" {
+		key = &t.IdempotencyKey
+	}
+	return []any{t.Host, t.Queue, t.ID, string(t.Status), int16(t.Status.Stage()), int64(t.Priority),
+		t.EligibleAt(), t.NotBefore, t.PostedAt, key, data}
+}
+
+// decode rebuilds a record read from the database.
+func decode(data []byte) (domain.Task, error) {
+	t, err := domain.DecodeTask(data)
+	if err != nil {
+		return domain.Task{}, &domain.Error{Kind: domain.KindInternal, Code: domain.CodeInvalidTask, Message: "a stored record does not read back", Err: err}
+	}
+	return t, nil
+}
+
+// checkNew vets a new task: names by their grammars, and a record that
+// reads back from its stored form.
+func checkNew(t domain.Task) (domain.Task, []byte, error) {
+	switch {
+	case !domain.ValidHost(t.Host):
+		return domain.Task{}, nil, domain.E(domain.KindInvalid, domain.CodeInvalidTask, "bad host name %q", t.Host)
+	case !domain.ValidName(t.Queue):
+		return domain.Task{}, nil, domain.E(domain.KindInvalid, domain.CodeInvalidTask, "bad queue name %q", t.Queue)
+	case !domain.ValidID(t.ID):
+		return domain.Task{}, nil, domain.E(domain.KindInvalid, domain.CodeInvalidTask, "bad task id %q", t.ID)
+	}
+	data := domain.EncodeTask(t)
+	stored, err := domain.DecodeTask(data)
+	if err != nil {
+		return domain.Task{}, nil, &domain.Error{Kind: domain.KindInvalid, Code: domain.CodeInvalidTask, Message: "record does not hold together", Err: err}
+	}
+	return stored, data, nil
+}
+
+// checkUpdate vets what fn left: a legal move from cur
+// (domain.CheckTransition, which also keeps the task's identity), and a
+// record that reads back from its stored form.
+func checkUpdate(cur, next domain.Task) (domain.Task, []byte, error) {
+	if err := domain.CheckTransition(cur, next); err != nil {
+		return domain.Task{}, nil, err
+	}
+	data := domain.EncodeTask(next)
+	stored, err := domain.DecodeTask(data)
+	if err != nil {
+		return domain.Task{}, nil, &domain.Error{Kind: domain.KindInternal, Code: domain.CodeInvalidTask, Message: "update left a record that does not hold together", Err: err}
+	}
+	return stored, data, nil
+}
+
+// Create stores a new task in one statement: the primary key refuses a
+// taken id (ErrExists), the unique index a taken idempotency key
+// (ErrKeyTaken), so of posts racing with one key exactly one is stored.
+func (s *Store) Create(ctx context.Context, t domain.Task, then ports.Then) error {
+	stored, data, err := checkNew(t)
+	if err != nil {
+		return err
+	}
+	q := s.queue(domain.KeyOf(t).Ref())
+	ticket := q.seq.take(t.ID)
+	_, err = s.pool.Exec(ctx, `INSERT INTO tasks (`+columns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, row(stored, data)...)
+	if err != nil {
+		_ = q.seq.run(ticket, t.ID, nil)
+		switch c, ok := uniqueViolation(err); {
+		case ok && c == "tasks_pkey":
+			return fmt.Errorf("create task %s: %w", t.ID, domain.ErrExists)
+		case ok && c == "tasks_idempotency_key":
+			return fmt.Errorf("create task %s: %w", t.ID, domain.ErrKeyTaken)
+		}
+		return fail("create task "+t.ID, err)
+	}
+	return q.seq.run(ticket, t.ID, func() error { return then.Call(stored) })
+}
+
+// Get returns the current record of a task, once the Then of its latest
+// change made by this Store has returned.
+func (s *Store) Get(ctx context.Context, k domain.Key) (domain.Task, error) {
+	var data []byte
+	err := s.pool.QueryRow(ctx, `SELECT record FROM tasks WHERE host = $1 AND queue = $2 AND id = $3`, k.Host, k.Queue, k.ID).Scan(&data)
+	return s.read(k.Ref(), data, err, "get task "+k.ID)
+}
+
+// ByKey returns the task of ref holding idempotency key key.
+func (s *Store) ByKey(ctx context.Context, ref domain.QueueRef, key string) (domain.Task, error) {
+	var data []byte
+	err := s.pool.QueryRow(ctx, `SELECT record FROM tasks WHERE host = $1 AND queue = $2 AND idempotency_key = $3`, ref.Host, ref.Queue, key).Scan(&data)
+	return s.read(ref, data, err, "task by key")
+}
+
+// read decodes a record read by Get or ByKey, after waiting for its Then.
+func (s *Store) read(ref domain.QueueRef, data []byte, err error, op string) (domain.Task, error) {
+	if errors.Is(err, pgx.ErrNoRows) {
+		return domain.Task{}, domain.ErrNotFound
+	}
+	if err != nil {
+		return domain.Task{}, fail(op, err)
+	}
+	t, err := decode(data)
+	if err != nil {
+		return domain.Task{}, err
+	}
+	s.queue(ref).seq.settle(t.ID)
+	return t, nil
+}
+
+// Update applies fn to the current record and stores the result, in one
+// transaction holding the task's row.
+func (s *Store) Update(ctx context.Context, k domain.Key, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return domain.Task{}, fail("update task "+k.ID, err)
+	}
+	defer rollback(tx)
+	var data []byte
+	err = tx.QueryRow(ctx, `SELECT record FROM tasks WHERE host = $1 AND queue = $2 AND id = $3 FOR UPDATE`, k.Host, k.Queue, k.ID).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return domain.Task{}, domain.ErrNotFound
+	}
+	if err != nil {
+		return domain.Task{}, fail("update task "+k.ID, err)
+	}
+	return s.change(ctx, tx, data, fn, then)
+}
+
+// change runs fn on the record data, locked by tx, and stores and commits
+// what fn leaves, then runs then in its queue's turn. On a refusal it
+// returns the record as it was with the refusal.
+func (s *Store) change(ctx context.Context, tx pgx.Tx, data []byte, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+	cur, err := decode(data)
+	if err != nil {
+		return domain.Task{}, err
+	}
+	next := cur.Clone()
+	if err := fn(&next); err != nil {
+		return cur, err
+	}
+	stored, data, err := checkUpdate(cur, next)
+	if err != nil {
+		return cur, err
+	}
+	_, err = tx.Exec(ctx, `UPDATE tasks SET status = $4, stage = $5, priority = $6, eligible_at = $7, not_before = $8, posted_at = $9, idempotency_key = $10, record = $11
+		WHERE host = $1 AND queue = $2 AND id = $3`, row(stored, data)...)
+	if err != nil {
+		return cur, fail("store task "+cur.ID, err)
+	}
+	return stored, s.commit(ctx, tx, stored, func() error { return then.Call(stored) })
+}
+
+// commit commits tx, the change of t, and runs then (stored) in t's
+// queue's turn.
+func (s *Store) commit(ctx context.Context, tx pgx.Tx, t domain.Task, then func() error) error {
+	q := s.queue(domain.KeyOf(t).Ref())
+	ticket := q.seq.take(t.ID)
+	if err := tx.Commit(ctx); err != nil {
+		_ = q.seq.run(ticket, t.ID, nil)
+		return fail("commit task "+t.ID, err)
+	}
+	return q.seq.run(ticket, t.ID, then)
+}
+
+// claimBatch is how many candidates a claim with a query reads at a time.
+const claimBatch = 64
+
+// ClaimNext applies fn to the first claimable pending task of ref in claim
+// order that m accepts. Without m it is one statement; with m it tests
+// candidates in claim order and locks only one m accepts (see the package
+// comment).
+func (s *Store) ClaimNext(ctx context.Context, ref domain.QueueRef, m ports.Matcher, now time.Time, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+	nowMs := domain.Millis(now)
+	if err := s.promote(ctx, ref, nowMs); err != nil {
+		return domain.Task{}, err
+	}
+	if m == nil {
+		return s.claimFirst(ctx, ref, nowMs, fn, then)
+	}
+	var after *domain.Task
+	for {
+		batch, err := s.candidates(ctx, ref, nowMs, after)
+		if err != nil {
+			return domain.Task{}, err
+		}
+		for _, c := range batch {
+			if !m.Match(c.Item) {
+				continue
+			}
+			t, err := s.claimOne(ctx, domain.KeyOf(c), nowMs, fn, then)
+			if !errors.Is(err, errGone) {
+				return t, err
+			}
+		}
+		if len(batch) < claimBatch {
+			return domain.Task{}, domain.ErrNotFound
+		}
+		after = &batch[len(batch)-1]
+	}
+}
+
+const claimable = `host = $1 AND queue = $2 AND status = 'pending' AND (not_before IS NULL OR not_before <= $3)`
+
+// claimFirst claims the first claimable task of ref that no other
+// transaction holds.
+func (s *Store) claimFirst(ctx context.Context, ref domain.QueueRef, now int64, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return domain.Task{}, fail("claim", err)
+	}
+	defer rollback(tx)
+	var data []byte
+	err = tx.QueryRow(ctx, `SELECT record FROM tasks WHERE `+claimable+`
+		ORDER BY priority DESC, eligible_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`, ref.Host, ref.Queue, now).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return domain.Task{}, domain.ErrNotFound
+	}
+	if err != nil {
+		return domain.Task{}, fail("claim", err)
+	}
+	return s.change(ctx, tx, data, fn, then)
+}
+
+// errGone: the candidate is no longer claimable, or another transaction
+// holds it.
+var errGone = errors.New("candidate gone")
+
+// claimOne claims task k if it is still claimable and nobody holds it.
+func (s *Store) claimOne(ctx context.Context, k domain.Key, now int64, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return domain.Task{}, fail("claim", err)
+	}
+	defer rollback(tx)
+	var data []byte
+	err = tx.QueryRow(ctx, `SELECT record FROM tasks WHERE `+claimable+` AND id = $4 FOR UPDATE SKIP LOCKED`, k.Host, k.Queue, now, k.ID).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return domain.Task{}, errGone
+	}
+	if err != nil {
+		return domain.Task{}, fail("claim", err)
+	}
+	return s.change(ctx, tx, data, fn, then)
+}
+
+// candidates reads the next claimBatch claimable tasks of ref in claim
+// order after the task after (nil: from the first), without locking them.
+func (s *Store) candidates(ctx context.Context, ref domain.QueueRef, now int64, after *domain.Task) ([]domain.Task, error) {
+	query := `SELECT record FROM tasks WHERE ` + claimable
+	args := []any{ref.Host, ref.Queue, now}
+	if after != nil {
+		query += ` AND (priority < $4 OR (priority = $4 AND (eligible_at, id) > ($5, $6)))`
+		args = append(args, int64(after.Priority), after.EligibleAt(), after.ID)
+	}
+	query += fmt.Sprintf(` ORDER BY priority DESC, eligible_at, id LIMIT %d`, claimBatch)
+	return s.records(ctx, "claim candidates", query, args...)
+}
+
+// records runs a query of records and decodes them.
+func (s *Store) records(ctx context.Context, op, query string, args ...any) ([]domain.Task, error) {
+	rows, err := s.pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fail(op, err)
+	}
+	defer rows.Close()
+	var tasks []domain.Task
+	for rows.Next() {
+		var data []byte
+		if err := rows.Scan(&data); err != nil {
+			return nil, fail(op, err)
+		}
+		t, err := decode(data)
+		if err != nil {
+			return nil, err
+		}
+		tasks = append(tasks, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fail(op, err)
+	}
+	return tasks, nil
+}
+
+// Delete removes a task if check approves of its current record.
+func (s *Store) Delete(ctx context.Context, k domain.Key, check func(domain.Task) error, then ports.Then) error {
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fail("delete task "+k.ID, err)
+	}
+	defer rollback(tx)
+	var data []byte
+	err = tx.QueryRow(ctx, `SELECT record FROM tasks WHERE host = $1 AND queue = $2 AND id = $3 FOR UPDATE`, k.Host, k.Queue, k.ID).Scan(&data)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return domain.ErrNotFound
+	}
+	if err != nil {
+		return fail("delete task "+k.ID, err)
+	}
+	cur, err := decode(data)
+	if err != nil {
+		return err
+	}
+	if check != nil {
+		if err := check(cur.Clone()); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM tasks WHERE host = $1 AND queue = $2 AND id = $3`, k.Host, k.Queue, k.ID); err != nil {
+		return fail("delete task "+k.ID, err)
+	}
+	return s.commit(ctx, tx, cur, func() error { return then.Call(cur) })
+}
