@@ -23,8 +23,12 @@ run: build
 	$(BIN) serve --hosts examples/hosts --items var/taskhoster-items --logs var/taskhoster-logs --addr 127.0.0.1:8080
 
 # Plain `go test` also runs every Fuzz target over its seed corpus (the f.Add
-# values and testdata/fuzz/), so the corpora are part of `make test`.
+# values and testdata/fuzz/), so the corpora are part of `make test`. The
+# PostgreSQL store's tests (adapters/postgres) start a throwaway cluster from
+# Debian's server binaries; without them they skip, and this says so first.
 test:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || \
+		echo "make test: PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb): the adapters/postgres tests SKIP; install postgresql, as .ci/run does"
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
 
