@@ -31,6 +31,8 @@ func serve(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.Addr, "addr", ":8080", "the API listener")
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", "127.0.0.1:9090", "the admin listener: /metrics, /healthz, /readyz")
 	fs.StringVar(&cfg.Sync, "sync", "always", "always: fsync before acknowledging; none: never fsync")
+	fs.StringVar(&cfg.Store, "store", "files", "where tasks live: files (in --items) or postgres (at --database-url)")
+	fs.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("TASKHOSTER_DATABASE_URL"), "the PostgreSQL database of --store postgres (default $TASKHOSTER_DATABASE_URL)")
 	fs.DurationVar(&cfg.Sweep, "sweep", time.Second, "how often the sweep runs")
 	fs.IntVar(&cfg.LogDays, "log-days", 21, "days of event log to keep")
 	fs.DurationVar(&cfg.WSPing, "ws-ping", wsapi.DefaultPingInterval, "how often sockets are pinged; a peer silent for twice this is dropped")
@@ -52,7 +54,10 @@ func serve(args []string, stderr io.Writer) int {
 	defer func() { _ = logger.Sync() }()
 
 	// A start that fails leaves no folder behind that it made itself.
-	made := missing(cfg.Items, cfg.Logs)
+	made := missing(cfg.Logs)
+	if cfg.Store != "postgres" {
+		made = missing(cfg.Items, cfg.Logs)
+	}
 	failed := func(err error) int {
 		fmt.Fprintln(stderr, "taskhoster serve:", server.Cause(err))
 		for _, dir := range made {

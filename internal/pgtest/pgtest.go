@@ -4,7 +4,8 @@
 // binary (started by the first Database call, stopped by Main), and each
 // Database call gets a fresh database in it.
 //
-// A package that uses it runs its tests through Main:
+// A package that uses it runs its tests through Main (or calls Stop after
+// them):
 //
 //	func TestMain(m *testing.M) { pgtest.Main(m) }
 //
@@ -45,10 +46,16 @@ var (
 // Main runs the package's tests and stops the cluster they started, if any.
 func Main(m *testing.M) {
 	code := m.Run()
+	Stop()
+	os.Exit(code)
+}
+
+// Stop stops the package's cluster, if one was started: for a TestMain
+// that runs its tests some other way than Main.
+func Stop() {
 	if shared != nil {
 		shared.Stop()
 	}
-	os.Exit(code)
 }
 
 // Database returns the URL of a new, empty database in the package's

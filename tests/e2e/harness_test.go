@@ -19,13 +19,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskhoster/taskhoster/internal/pgtest"
 	"github.com/taskhoster/taskhoster/tests/testbin"
 )
 
 // binary is the taskhoster binary built once for the whole package.
 var binary string
 
-func TestMain(m *testing.M) { os.Exit(testbin.Main(m, raceEnabled, &binary)) }
+func TestMain(m *testing.M) {
+	code := testbin.Main(m, raceEnabled, &binary)
+	pgtest.Stop() // the cluster of the PostgreSQL tests, if they started one
+	os.Exit(code)
+}
 
 // Tokens of the fixture users.
 const (

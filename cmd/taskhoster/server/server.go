@@ -30,6 +30,7 @@ import (
 	"github.com/taskhoster/taskhoster/adapters/httpapi"
 	"github.com/taskhoster/taskhoster/adapters/metrics"
 	"github.com/taskhoster/taskhoster/adapters/notify"
+	"github.com/taskhoster/taskhoster/adapters/postgres"
 	"github.com/taskhoster/taskhoster/adapters/schema"
 	"github.com/taskhoster/taskhoster/adapters/wsapi"
 	"github.com/taskhoster/taskhoster/app"
@@ -39,14 +40,18 @@ import (
 
 // Config is what `taskhoster serve` is told by its flags (SPEC §10).
 type Config struct {
-	Hosts     string        // the hosts folder
-	Items     string        // the items (task files) folder
-	Logs      string        // the event log folder
-	Addr      string        // the API listener
-	AdminAddr string        // /metrics, /healthz, /readyz
-	Sync      string        // "always" or "none"
-	Sweep     time.Duration // sweep interval
-	LogDays   int           // event log retention in days
+	Hosts     string // the hosts folder
+	Items     string // the items (task files) folder
+	Logs      string // the event log folder
+	Addr      string // the API listener
+	AdminAddr string // /metrics, /healthz, /readyz
+	Sync      string // "always" or "none"
+	// Store is where tasks live: "files" (the default; "" too) in Items,
+	// or "postgres" in the database at DatabaseURL.
+	Store       string
+	DatabaseURL string
+	Sweep       time.Duration // sweep interval
+	LogDays     int           // event log retention in days
 	// ShutdownGrace is how long requests in flight may take to finish.
 	ShutdownGrace time.Duration
 	// WSPing is how often every socket is pinged (--ws-ping, default 15 s),
@@ -75,6 +80,10 @@ func (c Config) Validate() error {
 	switch {
 	case c.Sync != "always" && c.Sync != "none":
 		return fmt.Errorf("--sync must be always or none, not %q", c.Sync)
+	case c.Store != "" && c.Store != "files" && c.Store != "postgres":
+		return fmt.Errorf("--store must be files or postgres, not %q", c.Store)
+	case c.Store == "postgres" && c.DatabaseURL == "":
+		return errors.New("--store postgres needs --database-url (or TASKHOSTER_DATABASE_URL)")
 	case c.Sweep <= 0:
 		return errors.New("--sweep must be positive")
 	case c.LogDays <= 0:
@@ -123,10 +132,21 @@ func Options(cfg Config, logger *zap.Logger) fx.Option {
 		// New or Start, and the command prints its cause (Cause) once.
 		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
 		fx.StopTimeout(cfg.ShutdownGrace+20*time.Second),
-		ClockModule, DurableModule, StoreModule, EventLogModule, NotifyModule,
+		ClockModule, storeModules(cfg), NotifyModule,
 		ConfigModule, SchemaModule, MetricsModule, ServiceModule, SweepModule,
 		WSModule, HTTPModule, AdminModule,
 	)
+}
+
+// storeModules are the task store, the event log and the Syncer that
+// makes both durable: on files, the items folder, the log folder and the
+// journal that group-commits them; on PostgreSQL, the database and the
+// log folder, flushed on its own.
+func storeModules(cfg Config) fx.Option {
+	if cfg.Store == "postgres" {
+		return fx.Options(PostgresModule, LogOnlyModule)
+	}
+	return fx.Options(DurableModule, StoreModule, EventLogModule)
 }
 
 // ClockModule provides the system clock.
@@ -166,18 +186,75 @@ var DurableModule = fx.Module("durable",
 // but the journal. Open replays the journal, which restores task files a
 // power loss cut.
 var StoreModule = fx.Module("fsstore",
-	fx.Provide(func(lc fx.Lifecycle, cfg Config, d *durable.Syncer, logger *zap.Logger) (*fsstore.Store, ports.TaskRepository, error) {
+	fx.Provide(func(lc fx.Lifecycle, cfg Config, d *durable.Syncer, logger *zap.Logger) (*fsstore.Store, ports.TaskRepository, ports.Pauses, corruptFiles, error) {
 		if err := os.MkdirAll(cfg.Items, 0o755); err != nil {
-			return nil, nil, fmt.Errorf("items folder: %w", err)
+			return nil, nil, nil, nil, fmt.Errorf("items folder: %w", err)
 		}
 		s, err := fsstore.Open(cfg.Items, fsstore.WithLogger(logger.Named("fsstore")), fsstore.WithJournal(d.Root(durable.Items)))
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		lc.Append(fx.StopHook(s.Close))
-		return s, s, nil
+		return s, s, s, s.Recovered, nil
 	}),
 )
+
+// corruptFiles lists the task files the store set aside at start-up
+// (fsstore.Store.Recovered); a database has none.
+type corruptFiles func() []fsstore.Corrupt
+
+// PostgresModule opens the PostgreSQL store (migrating its schema) and
+// closes its connections on stop. It keeps the pauses too.
+var PostgresModule = fx.Module("postgres",
+	fx.Provide(func(lc fx.Lifecycle, cfg Config) (*postgres.Store, ports.TaskRepository, ports.Pauses, corruptFiles, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s, err := postgres.Open(ctx, cfg.DatabaseURL)
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		lc.Append(fx.StopHook(s.Close))
+		return s, s, s, func() []fsstore.Corrupt { return nil }, nil
+	}),
+)
+
+// LogOnlyModule is the event log and the Syncer beside the PostgreSQL
+// store. A change is durable once its COMMIT returns (synchronous_commit
+// on, PostgreSQL's default), so there is no journal: under --sync always
+// a Sync flushes the event log's day files (fdatasync) and nothing else,
+// without group commit. The event log moves into the database in a later
+// step of issue 14.
+var LogOnlyModule = fx.Module("eventlog",
+	fx.Provide(func(lc fx.Lifecycle, cfg Config) (*eventlog.Log, ports.EventLog, ports.Syncer, error) {
+		l, err := eventlog.Open(cfg.Logs)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		lc.Append(fx.StopHook(func() error {
+			return errors.Join(l.Sync(), l.Close())
+		}))
+		return l, l, logSyncer{log: l, flush: cfg.Sync == "always"}, nil
+	}),
+)
+
+// logSyncer flushes the event log's day files when flush is set.
+type logSyncer struct {
+	log   *eventlog.Log
+	flush bool
+}
+
+func (s logSyncer) Sync(ctx context.Context) error {
+	if !s.flush {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.log.Sync(); err != nil {
+		return &domain.Error{Kind: domain.KindUnavailable, Code: domain.CodeLogUnavailable, Message: "the event log cannot be flushed", Err: err}
+	}
+	return nil
+}
 
 // EventLogModule opens the event log; on stop it flushes and closes it.
 // Its lines go to the journal too (nowhere under --sync none).
@@ -248,17 +325,17 @@ var ServiceModule = fx.Module("app",
 		Metrics  *metrics.Metrics
 		Logger   *zap.Logger
 		Config   Config
-		Store    *fsstore.Store // keeps the pauses, in the items folder
+		Pauses   ports.Pauses
 	}) *app.Service {
 		return app.New(app.Deps{
 			Repo: d.Repo, Syncer: d.Syncer, Log: d.Log, Notifier: d.Notifier,
 			Clock: d.Clock, Compiler: d.Compiler, Observer: d.Metrics, Logger: d.Logger,
-			MaxWaiting: d.Config.MaxWaiting, Pauses: d.Store,
+			MaxWaiting: d.Config.MaxWaiting, Pauses: d.Pauses,
 		})
 	}),
-	fx.Invoke(func(lc fx.Lifecycle, cfg Config, svc *app.Service, store *fsstore.Store, config ports.Config, logger *zap.Logger) {
+	fx.Invoke(func(lc fx.Lifecycle, cfg Config, svc *app.Service, corrupt corruptFiles, config ports.Config, logger *zap.Logger) {
 		lc.Append(fx.StartHook(func(ctx context.Context) error {
-			for _, c := range store.Recovered() {
+			for _, c := range corrupt() {
 				logger.Warn("corrupt task file moved aside", zap.String("path", c.Path), zap.Error(c.Err))
 				if err := svc.ReportCorrupt(ctx, c.Host, c.Queue, c.ID); err != nil {
 					return err

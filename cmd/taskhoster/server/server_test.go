@@ -18,6 +18,10 @@ func TestGraphIsComplete(t *testing.T) {
 	if err := fx.ValidateApp(Options(cfg, zap.NewNop())); err != nil {
 		t.Fatal(err)
 	}
+	cfg.Store, cfg.DatabaseURL = "postgres", "postgres://127.0.0.1:1/none"
+	if err := fx.ValidateApp(Options(cfg, zap.NewNop())); err != nil {
+		t.Fatalf("on PostgreSQL: %v", err)
+	}
 }
 
 func TestConfigValidate(t *testing.T) {
