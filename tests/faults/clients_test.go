@@ -51,7 +51,10 @@ type answer struct {
 func (a answer) refused() bool { return errors.Is(a.err, syscall.ECONNREFUSED) }
 
 // do sends one JSON request to the queue's host.
-func (a *api) do(method, path string, body any) answer {
+func (a *api) do(method, path string, body any) answer { return a.doWith(method, path, body, nil) }
+
+// doWith sends one JSON request with extra headers.
+func (a *api) doWith(method, path string, body any, header http.Header) answer {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -66,6 +69,9 @@ func (a *api) do(method, path string, body any) answer {
 	}
 	req.Host = host
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header[k] = v
+	}
 	resp, err := a.http.Do(req)
 	if err != nil {
 		return answer{err: err}
@@ -246,6 +252,7 @@ const (
 	staller                   // sits past its lease, then hands in a late result
 	doubler                   // posts two different results, at once or one after the other
 	giver                     // finishes, gives back (with or without delay and reason), fails or stalls
+	many                      // claims several at once (SPEC §12's batch claim), then works as steady
 )
 
 // httpWorker claims with a long poll and reports over HTTP.
@@ -267,6 +274,13 @@ func (w *httpWorker) run(stop <-chan struct{}) {
 	for range maxTasks {
 		if closed(stop) {
 			return
+		}
+		if w.mode == many {
+			for _, task := range w.claimMany(stop) {
+				w.progress(task.ID)
+				w.finish(task.ID, newResultTag())
+			}
+			continue
 		}
 		task, ok := w.claim(stop)
 		if !ok {
@@ -369,6 +383,7 @@ func (w *httpWorker) send(kind, id, tag string) {
 	}
 	var b backoff
 	for range maxTries {
+		sentAt := time.Now().UnixMilli()
 		a := w.api.do("POST", path, body)
 		if a.refused() {
 			if !b.next(nil) {
@@ -376,7 +391,7 @@ func (w *httpWorker) send(kind, id, tag string) {
 			}
 			continue
 		}
-		rec := resultRecord{Client: w.name, Kind: kind, ID: id, Tag: tag}
+		rec := resultRecord{Client: w.name, Kind: kind, ID: id, Tag: tag, SentAt: sentAt, AckAt: time.Now().UnixMilli()}
 		rec.Outcome, rec.Status = ackOf(a)
 		w.hist.result(rec)
 		if rec.Outcome != unknown {

@@ -96,6 +96,11 @@ func TestFaults(t *testing.T) {
 		t.Fatal("producers did not stop")
 	}
 	r.start()
+	// The manager may have stopped with the ops queue paused: resume it,
+	// as a recorded resume, so that the drain can finish.
+	if !cl.manager.toggle(nil, opResume) {
+		t.Fatal("could not resume the ops queue")
+	}
 	r.drain(newAPI(port), drainLimit)
 	if !cl.stopWorkers(clientStopLimit) {
 		t.Fatal("workers did not stop")
@@ -289,6 +294,7 @@ func (r *runner) drain(a *api, limit time.Duration) {
 // clients are every producer and worker of a run.
 type clients struct {
 	hists                     []*history
+	manager                   *manager
 	producers, workers        sync.WaitGroup
 	stopProducing, stopWork   chan struct{}
 	stopProdOnce, stopWorkOne sync.Once
@@ -321,12 +327,24 @@ func startClients(a *api) *clients {
 		p.hist = add()
 		c.producers.Go(func() { p.run(c.stopProducing) })
 	}
+	c.manager = &manager{name: "manager-0", api: a}
+	for i := range 2 {
+		p := &keyProducer{name: fmt.Sprintf("kprod-%d", i), api: a, hist: add()}
+		c.manager.from = append(c.manager.from, p.hist)
+		c.producers.Go(func() { p.run(c.stopProducing) })
+	}
+	bp := &batchProducer{name: "bprod-0", api: a, hist: add()}
+	c.manager.from = append(c.manager.from, bp.hist)
+	c.producers.Go(func() { bp.run(c.stopProducing) })
+	c.manager.hist = add()
+	c.producers.Go(func() { c.manager.run(c.stopProducing) })
 	httpWorkers := []struct {
 		name, queue string
 		mode        workerMode
 	}{
 		{"http-0", queue, steady}, {"http-1", queue, steady}, {"stall-0", queue, staller}, {"stall-1", queue, staller},
 		{"double-0", queue, doubler}, {"give-0", retryQueue, giver}, {"give-1", retryQueue, giver},
+		{"ohttp-0", opsQueue, steady}, {"omany-0", opsQueue, many},
 	}
 	for _, hw := range httpWorkers {
 		w := &httpWorker{name: hw.name, queue: hw.queue, mode: hw.mode, api: a}
@@ -340,6 +358,7 @@ func startClients(a *api) *clients {
 	}{
 		{"sock-0", queue, 4, false, false}, {"sock-1", queue, 4, false, false}, {"drop-0", queue, 3, true, false},
 		{"rsock-0", retryQueue, 3, false, true}, {"rdrop-0", retryQueue, 2, true, true},
+		{"osock-0", opsQueue, 3, false, false},
 	}
 	for _, sw := range sockWorkers {
 		w := &sockWorker{name: sw.name, queue: sw.queue, claims: sw.claims, drop: sw.drop, giver: sw.giver, api: a}
