@@ -69,6 +69,7 @@ type report struct {
 	Cancels        int // cancels answered accepted
 	CancelsRefused int // cancels answered accepted: false (the task was terminal)
 	CancelsUnknown int // cancels without an answer
+	CancelsHeld    int // cancelled lines of a task a worker held (processing)
 	Cancelled      int // tasks stored failed with error "cancelled"
 	Retries        int // retries answered 200
 	RetriesRefused int // retries answered 409 not_failed
@@ -92,14 +93,14 @@ func (r *report) Summary() string {
 		"requeues=%d results-accepted=%d results-refused=%d results-unknown=%d late-accepted=%d torn=%d debris=%d "+
 		"finished=%d failed-by-worker=%d dead-letters=%d timed-out=%d fails-accepted=%d releases=%d (refused:%d unknown:%d) "+
 		"waited-claims=%d early=%d over-attempts=%d starved=%d priorities=(%s) "+
-		"keyed=%d replays=%d key-twins=%d batches=%d (unacked:%d) phantoms=%d cancels=%d (refused:%d unknown:%d) cancelled=%d "+
+		"keyed=%d replays=%d key-twins=%d batches=%d (unacked:%d) phantoms=%d cancels=%d (refused:%d unknown:%d held:%d) cancelled=%d "+
 		"retries=%d (refused:%d) after-cancel=%d pauses=%d paused-claims=%d",
 		r.Seed, r.Cycles, r.Kills, r.StartupKills, r.ShutdownKills, r.Tasks, r.Acked, r.Unacked, r.UnackedExist,
 		r.Lost, r.DoubleFinished, r.Twins, r.Unfinished, r.Disagree, r.Cut, byKind(r.CutKinds), r.Mended, byKind(r.MendedKinds),
 		r.Requeues, r.Accepted, r.Refused, r.Unknown, r.Late, r.Torn, r.Debris,
 		r.Finished, r.FailedByWorker, r.DeadLetters, r.TimedOut, r.FailsAccepted, r.Releases, r.ReleasesRefused, r.ReleasesUnknown,
 		r.Waited, r.Early, r.OverAttempts, r.Starved, drained(r.Priorities),
-		r.Keyed, r.Replays, r.KeyTwins, r.Batches, r.BatchesUnacked, r.Phantoms, r.Cancels, r.CancelsRefused, r.CancelsUnknown, r.Cancelled,
+		r.Keyed, r.Replays, r.KeyTwins, r.Batches, r.BatchesUnacked, r.Phantoms, r.Cancels, r.CancelsRefused, r.CancelsUnknown, r.CancelsHeld, r.Cancelled,
 		r.Retries, r.RetriesRefused, r.AfterCancel, r.Pauses, r.PausedClaims)
 }
 

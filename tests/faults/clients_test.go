@@ -253,6 +253,7 @@ const (
 	doubler                   // posts two different results, at once or one after the other
 	giver                     // finishes, gives back (with or without delay and reason), fails or stalls
 	many                      // claims several at once (SPEC §12's batch claim), then works as steady
+	holder                    // works as steady, but holds each task a while (to be cancelled under it)
 )
 
 // httpWorker claims with a long poll and reports over HTTP.
@@ -289,6 +290,11 @@ func (w *httpWorker) run(stop <-chan struct{}) {
 		switch w.mode {
 		case steady:
 			w.progress(task.ID)
+			w.finish(task.ID, newResultTag())
+		case holder:
+			w.progress(task.ID)
+			time.Sleep(time.Duration(100+rand.IntN(300)) * time.Millisecond)
+			w.heartbeat(task.ID)
 			w.finish(task.ID, newResultTag())
 		case staller:
 			// Past the lease, so the sweep re-queues the task and someone

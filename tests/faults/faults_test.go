@@ -7,7 +7,15 @@
 // delayed and prioritised posts, give-backs and failures by workers), and
 // the check adds: a task ends exactly once (finished, failed or timed out),
 // no claim comes before the task's time, none past maxAttempts, and every
-// priority drains.
+// priority drains. A third queue runs SPEC §12 (see ops_test.go): posts
+// with an Idempotency-Key sent again when their answers were lost, batch
+// posts, batch claims, and a manager that cancels tasks, retries the ones
+// it cancelled and pauses the queue (across kills); the check adds that a
+// key makes one task and every answer for it names that task, a batch's
+// ids come in order and no task appears that nobody posted, a cancel
+// holds unless retried and no result is accepted after it, the log's
+// cancelled and retried lines agree with the clients and the store, and
+// nothing is claimed while the queue is known to be paused.
 //
 // TestFaults runs FAULT_CYCLES kills (default 5, a few seconds, part of
 // `make test`); `make faults` runs a long series. FAULT_SEED repeats a run's
@@ -306,7 +314,9 @@ type clients struct {
 // and each other (on the slow producer's items); a doubler's two results race each other; a dropper's socket
 // dies under the tasks it holds. On the retry queue (SPEC §11) producers
 // post delayed and prioritised tasks, and givers over HTTP and the socket
-// also give tasks back and fail them.
+// also give tasks back and fail them. On the ops queue (SPEC §12) keyed and
+// batch producers post, a manager cancels, retries and pauses, and HTTP
+// workers (one claiming several at once) and a socket worker work.
 func startClients(a *api) *clients {
 	c := &clients{stopProducing: make(chan struct{}), stopWork: make(chan struct{})}
 	add := func() *history {
@@ -344,11 +354,14 @@ func startClients(a *api) *clients {
 	}{
 		{"http-0", queue, steady}, {"http-1", queue, steady}, {"stall-0", queue, staller}, {"stall-1", queue, staller},
 		{"double-0", queue, doubler}, {"give-0", retryQueue, giver}, {"give-1", retryQueue, giver},
-		{"ohttp-0", opsQueue, steady}, {"omany-0", opsQueue, many},
+		{"ohttp-0", opsQueue, steady}, {"ohold-0", opsQueue, holder}, {"omany-0", opsQueue, many},
 	}
 	for _, hw := range httpWorkers {
 		w := &httpWorker{name: hw.name, queue: hw.queue, mode: hw.mode, api: a}
 		w.hist = add()
+		if hw.queue == opsQueue {
+			c.manager.held = append(c.manager.held, w.hist)
+		}
 		c.workers.Go(func() { w.run(c.stopWork) })
 	}
 	sockWorkers := []struct {

@@ -160,6 +160,17 @@ func (h *history) ackedIDs() []string {
 	return ids
 }
 
+// claimedIDs lists the ids of this client's last n claims.
+func (h *history) claimedIDs(n int) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var ids []string
+	for _, c := range h.claims[max(0, len(h.claims)-n):] {
+		ids = append(ids, c.ID)
+	}
+	return ids
+}
+
 // histories is every client's history merged, for the checker. Call it
 // once the clients have stopped.
 type histories struct {

@@ -198,8 +198,9 @@ type manager struct {
 	api  *api
 	hist *history
 	from []*history // the producers whose acknowledged tasks it cancels
+	held []*history // the workers whose claimed tasks it cancels
 
-	cancelled []string // accepted cancels not retried since
+	cancelled []string // accepted cancels to retry (half of them)
 }
 
 func (m *manager) run(stop <-chan struct{}) {
@@ -213,11 +214,12 @@ func (m *manager) run(stop <-chan struct{}) {
 		case time.Now().After(next) && paused:
 			m.toggle(stop, opResume)
 			paused = false
-			next = time.Now().Add(time.Duration(300+rand.IntN(1200)) * time.Millisecond)
+			next = time.Now().Add(time.Duration(200+rand.IntN(400)) * time.Millisecond)
 		case time.Now().After(next):
 			m.toggle(stop, opPause)
 			paused = true
-			next = time.Now().Add(time.Duration(200+rand.IntN(800)) * time.Millisecond)
+			// Long enough, as often as not, to span a kill and restart.
+			next = time.Now().Add(time.Duration(300+rand.IntN(1200)) * time.Millisecond)
 		case len(m.cancelled) > 0 && rand.IntN(3) == 0:
 			i := rand.IntN(len(m.cancelled))
 			id := m.cancelled[i]
@@ -232,12 +234,20 @@ func (m *manager) run(stop <-chan struct{}) {
 	}
 }
 
-// pick draws one of the last acknowledged tasks of the producers.
+// pick draws one of the last acknowledged tasks of the producers or,
+// as often, one of the last the workers claimed (most likely processing).
 func (m *manager) pick() (string, bool) {
 	var ids []string
-	for _, h := range m.from {
-		got := h.ackedIDs()
-		ids = append(ids, got[max(0, len(got)-20):]...)
+	if rand.IntN(2) == 0 {
+		for _, h := range m.held {
+			ids = append(ids, h.claimedIDs(1)...)
+		}
+	}
+	if len(ids) == 0 {
+		for _, h := range m.from {
+			got := h.ackedIDs()
+			ids = append(ids, got[max(0, len(got)-20):]...)
+		}
 	}
 	if len(ids) == 0 {
 		return "", false
@@ -276,7 +286,7 @@ func (m *manager) send(stop <-chan struct{}, kind, id string) {
 			return // gave up: the server stayed down until stop
 		}
 		if rec.Outcome != unknown {
-			if kind == opCancel && rec.Outcome == accepted {
+			if kind == opCancel && rec.Outcome == accepted && rand.IntN(2) == 0 {
 				m.cancelled = append(m.cancelled, id)
 			}
 			return

@@ -168,6 +168,11 @@ func (c *checker) cancels() {
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(c.events)) {
+		for _, ev := range c.events[id] {
+			if ev.Event == "cancelled" && ev.Worker != "" {
+				c.r.CancelsHeld++
+			}
+		}
 		if n := c.loggedCount(id, "cancelled"); n > asked[id] {
 			c.r.fail(&c.r.Disagree, "task %s has %d cancelled lines, but only %d cancels may have happened", id, n, asked[id])
 		}
