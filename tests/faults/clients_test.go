@@ -39,6 +39,18 @@ func newAPI(port int) *api {
 	}
 }
 
+// unreused is a's server over a client that opens a connection for each
+// request. net/http's Transport sends a request again by itself, on a new
+// connection, when a reused one fails under it, if it counts the request
+// as idempotent: a DELETE, or a post with an Idempotency-Key. The first
+// send may then have reached a server that died before answering while
+// the caller sees only the second one's refused connection, which would
+// pass for "never sent". Without reuse the Transport never resends, so a
+// refused connection still means nothing reached a server.
+func (a *api) unreused() *api {
+	return &api{base: a.base, http: &http.Client{Timeout: a.http.Timeout, Transport: &http.Transport{DisableKeepAlives: true}}}
+}
+
 // answer is one request's fate: a status and body, or no answer at all.
 type answer struct {
 	status int

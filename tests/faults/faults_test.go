@@ -337,9 +337,11 @@ func startClients(a *api) *clients {
 		p.hist = add()
 		c.producers.Go(func() { p.run(c.stopProducing) })
 	}
-	c.manager = &manager{name: "manager-0", api: a}
+	// Keyed posts and cancels (a DELETE) go over connections of their own:
+	// see unreused.
+	c.manager = &manager{name: "manager-0", api: a.unreused()}
 	for i := range 2 {
-		p := &keyProducer{name: fmt.Sprintf("kprod-%d", i), api: a, hist: add()}
+		p := &keyProducer{name: fmt.Sprintf("kprod-%d", i), api: a.unreused(), hist: add()}
 		c.manager.from = append(c.manager.from, p.hist)
 		c.producers.Go(func() { p.run(c.stopProducing) })
 	}
@@ -347,7 +349,6 @@ func startClients(a *api) *clients {
 	c.manager.from = append(c.manager.from, bp.hist)
 	c.producers.Go(func() { bp.run(c.stopProducing) })
 	c.manager.hist = add()
-	c.producers.Go(func() { c.manager.run(c.stopProducing) })
 	httpWorkers := []struct {
 		name, queue string
 		mode        workerMode
@@ -378,6 +379,8 @@ func startClients(a *api) *clients {
 		w.hist = add()
 		c.workers.Go(func() { w.run(c.stopWork) })
 	}
+	// Last: it reads the workers' histories.
+	c.producers.Go(func() { c.manager.run(c.stopProducing) })
 	return c
 }
 

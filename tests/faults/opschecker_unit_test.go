@@ -224,3 +224,16 @@ func TestCheckerCountsOps(t *testing.T) {
 		t.Errorf("counts: %s", r.Summary())
 	}
 }
+
+// TestStampedBackwards: a line stamped before its task's line before it is
+// found, whatever lines of other tasks come between.
+func TestStampedBackwards(t *testing.T) {
+	t.Parallel()
+	evs := []event{{ID: "a", Event: "posted", At: 10}, {ID: "b", Event: "posted", At: 5}, {ID: "a", Event: "claimed", At: 9}, {ID: "b", Event: "claimed", At: 5}}
+	if got := stampedBackwards(evs); len(got) != 1 || !strings.Contains(got[0], "task a") {
+		t.Errorf("got %v, want task a's claim", got)
+	}
+	if r := opsOnce().check(); r.Backwards != 0 {
+		t.Errorf("the clean scenario counts %d lines stamped backwards", r.Backwards)
+	}
+}
