@@ -237,8 +237,7 @@ func check(h histories, s store, rules map[string]queueRules, events []event, to
 	c.outcomes()
 	c.keys()
 	c.batches()
-	c.cancels()
-	c.retries()
+	c.cancelsAndRetries()
 	c.pauses()
 	for _, id := range c.ids() {
 		c.lifecycle(id)

@@ -140,41 +140,74 @@ func (c *checker) loggedCount(id, kind string) int {
 	return n
 }
 
-// cancels: an accepted cancel was logged and answered failed; unless a
-// retry followed it, its task ends failed with error "cancelled", and no
-// result sent after the cancel's answer was accepted. A refused cancel
-// names a terminal status. The log has no cancelled line that no cancel
-// may have made.
-func (c *checker) cancels() {
-	asked := map[string]int{}
+// cancelsAndRetries: an accepted cancel was logged and answered failed;
+// unless a retry followed it, its task ends failed with error
+// "cancelled", and no result sent after the cancel's answer was accepted.
+// A refused cancel names a terminal status. An accepted retry was logged;
+// a retry of a task whose cancel was accepted, with no retry since, finds
+// it failed (a refusal then is a bug: nothing else takes a failed task out
+// of failed). The log has no cancelled or retried line that no cancel or
+// retry may have made.
+func (c *checker) cancelsAndRetries() {
 	for _, op := range c.h.ops {
-		if op.Kind != opCancel {
-			continue
-		}
-		switch op.Outcome {
-		case accepted:
+		switch {
+		case op.Kind == opCancel && op.Outcome == accepted:
 			c.r.Cancels++
 			c.acceptedCancel(op)
-		case rejected:
+		case op.Kind == opCancel && op.Outcome == rejected:
 			c.r.CancelsRefused++
 			if !terminal(op.Status) {
 				c.r.fail(&c.r.Disagree, "task %s: a cancel was refused with status %q", op.ID, op.Status)
 			}
-		default:
+		case op.Kind == opCancel:
 			c.r.CancelsUnknown++
-		}
-		if op.Outcome != rejected {
-			asked[op.ID]++
+		case op.Kind == opRetry && op.Outcome == accepted:
+			c.r.Retries++
+			if !c.logged(op.ID, "retried") {
+				c.r.fail(&c.r.Disagree, "task %s: a retry was accepted but no retried line was logged", op.ID)
+			}
+		case op.Kind == opRetry && op.Outcome == rejected:
+			c.r.RetriesRefused++
+			c.refusedRetry(op)
 		}
 	}
-	for _, id := range slices.Sorted(maps.Keys(c.events)) {
-		for _, ev := range c.events[id] {
+	for _, evs := range c.events {
+		for _, ev := range evs {
 			if ev.Event == "cancelled" && ev.Worker != "" {
 				c.r.CancelsHeld++
 			}
 		}
-		if n := c.loggedCount(id, "cancelled"); n > asked[id] {
-			c.r.fail(&c.r.Disagree, "task %s has %d cancelled lines, but only %d cancels may have happened", id, n, asked[id])
+	}
+	c.unasked(opCancel, "cancelled")
+	c.unasked(opRetry, "retried")
+}
+
+// refusedRetry fails a retry refused as not failed after an accepted
+// cancel with no retry since.
+func (c *checker) refusedRetry(op opRecord) {
+	var last *opRecord
+	for _, cancel := range c.opsOf(opCancel, op.ID) {
+		if cancel.Outcome == accepted && cancel.AckAt <= op.SentAt {
+			last = &cancel
+		}
+	}
+	if last != nil && !c.retriedBetween(op.ID, last.AckAt, op.SentAt) {
+		c.r.fail(&c.r.Disagree, "task %s: a retry after an accepted cancel (and no retry since) was answered not_failed", op.ID)
+	}
+}
+
+// unasked fails each task with more lines of event than it had sends of
+// op kind that may have made them (all but the refused ones).
+func (c *checker) unasked(kind, event string) {
+	asked := map[string]int{}
+	for _, op := range c.h.ops {
+		if op.Kind == kind && op.Outcome != rejected {
+			asked[op.ID]++
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(c.events)) {
+		if n := c.loggedCount(id, event); n > asked[id] {
+			c.r.fail(&c.r.Disagree, "task %s has %d %s lines, but only %d sends of %s may have made them", id, n, event, asked[id], kind)
 		}
 	}
 }
@@ -210,45 +243,6 @@ func cmpOr(s, otherwise string) string {
 		return otherwise
 	}
 	return s
-}
-
-// retries: an accepted retry was logged; a retry of a task whose cancel
-// was accepted, with no retry since, finds it failed (a refusal then is a
-// bug: nothing else takes a failed task out of failed). The log has no
-// retried line that no retry may have made.
-func (c *checker) retries() {
-	asked := map[string]int{}
-	for _, op := range c.h.ops {
-		if op.Kind != opRetry {
-			continue
-		}
-		switch op.Outcome {
-		case accepted:
-			c.r.Retries++
-			if !c.logged(op.ID, "retried") {
-				c.r.fail(&c.r.Disagree, "task %s: a retry was accepted but no retried line was logged", op.ID)
-			}
-		case rejected:
-			c.r.RetriesRefused++
-			var last *opRecord
-			for _, cancel := range c.opsOf(opCancel, op.ID) {
-				if cancel.Outcome == accepted && cancel.AckAt <= op.SentAt {
-					last = &cancel
-				}
-			}
-			if last != nil && !c.retriedBetween(op.ID, last.AckAt, op.SentAt) {
-				c.r.fail(&c.r.Disagree, "task %s: a retry after an accepted cancel (and no retry since) was answered not_failed", op.ID)
-			}
-		}
-		if op.Outcome != rejected {
-			asked[op.ID]++
-		}
-	}
-	for _, id := range slices.Sorted(maps.Keys(c.retried)) {
-		if n := c.retried[id]; n > asked[id] {
-			c.r.fail(&c.r.Disagree, "task %s has %d retried lines, but only %d retries may have happened", id, n, asked[id])
-		}
-	}
 }
 
 // pauses: from an answered pause until the next resume was sent, the

@@ -82,11 +82,7 @@ func TestCheckerCatchesOpsRules(t *testing.T) {
 		}
 		panic("no " + kind + " line of " + id)
 	}
-	cases := []struct {
-		name    string
-		plant   func(s *scenario)
-		counter func(r *report) int
-	}{
+	catches(t, opsOnce, []plantCase{
 		// Idempotent posts.
 		{"a replay names another id", func(s *scenario) {
 			s.h.posts[1].ID = "k2"
@@ -176,20 +172,7 @@ func TestCheckerCatchesOpsRules(t *testing.T) {
 			s.h.ops = s.h.ops[:4] // no resume until the end: the pause spans the rest
 			s.events[find(s, "k", "claimed")].At = 9000
 		}, func(r *report) int { return r.PausedClaims }},
-	}
-	if r := opsOnce().check(); len(r.Problems) > 0 || r.Cut > 0 {
-		t.Fatalf("the clean scenario reports %v (cut %d)", r.Problems, r.Cut)
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			s := opsOnce()
-			c.plant(s)
-			r := s.check()
-			if c.counter(r) == 0 || len(r.Problems) == 0 {
-				t.Errorf("not caught: %s\nproblems: %s", r.Summary(), strings.Join(r.Problems, "; "))
-			}
-		})
-	}
+	})
 }
 
 // TestCheckerCountsOps: the clean scenario's operations are counted where
