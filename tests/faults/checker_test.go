@@ -59,6 +59,31 @@ type report struct {
 	Starved         int            // priority classes with a task left after the drain
 	Priorities      map[int][2]int // by priority: tasks, of which drained
 
+	// SPEC §12.
+	Keyed          int // keyed post sends answered with an id (201 or 200)
+	Replays        int // of those, the ones answered 200 (an earlier send made the task)
+	KeyTwins       int // a key with two tasks, or two ids told for one key
+	Batches        int // batch posts answered 201
+	BatchesUnacked int // batch posts without an answer
+	Phantoms       int // a stored task whose item nobody sent
+	Cancels        int // cancels answered accepted
+	CancelsRefused int // cancels answered accepted: false (the task was terminal)
+	CancelsUnknown int // cancels without an answer
+	CancelsHeld    int // cancelled lines of a task a worker held (processing)
+	Cancelled      int // tasks stored failed with error "cancelled"
+	Retries        int // retries answered 200
+	RetriesRefused int // retries answered 409 not_failed
+	AfterCancel    int // a result accepted after an accepted cancel, with no retry between
+	Pauses         int // pauses answered
+	PausedClaims   int // a task claimed while the queue was known to be paused
+
+	// Backwards counts lines stamped earlier than their task's line before
+	// them. It is a known server bug (see TestReproClaimStampedBeforeItsTask),
+	// counted here rather than failed, so that the run stays about the
+	// promise; it fails a run only through what it breaks (a cut line the
+	// start-up repair then misses).
+	Backwards int
+
 	Problems []string // one line per thing that is wrong
 }
 
@@ -74,12 +99,16 @@ func (r *report) Summary() string {
 		"lost=%d double-finished=%d twins=%d unfinished=%d disagree=%d cut=%d (%s) mended=%d (%s) "+
 		"requeues=%d results-accepted=%d results-refused=%d results-unknown=%d late-accepted=%d torn=%d debris=%d "+
 		"finished=%d failed-by-worker=%d dead-letters=%d timed-out=%d fails-accepted=%d releases=%d (refused:%d unknown:%d) "+
-		"waited-claims=%d early=%d over-attempts=%d starved=%d priorities=(%s)",
+		"waited-claims=%d early=%d over-attempts=%d starved=%d priorities=(%s) "+
+		"keyed=%d replays=%d key-twins=%d batches=%d (unacked:%d) phantoms=%d cancels=%d (refused:%d unknown:%d held:%d) cancelled=%d "+
+		"retries=%d (refused:%d) after-cancel=%d pauses=%d paused-claims=%d stamped-backwards=%d",
 		r.Seed, r.Cycles, r.Kills, r.StartupKills, r.ShutdownKills, r.Tasks, r.Acked, r.Unacked, r.UnackedExist,
 		r.Lost, r.DoubleFinished, r.Twins, r.Unfinished, r.Disagree, r.Cut, byKind(r.CutKinds), r.Mended, byKind(r.MendedKinds),
 		r.Requeues, r.Accepted, r.Refused, r.Unknown, r.Late, r.Torn, r.Debris,
 		r.Finished, r.FailedByWorker, r.DeadLetters, r.TimedOut, r.FailsAccepted, r.Releases, r.ReleasesRefused, r.ReleasesUnknown,
-		r.Waited, r.Early, r.OverAttempts, r.Starved, drained(r.Priorities))
+		r.Waited, r.Early, r.OverAttempts, r.Starved, drained(r.Priorities),
+		r.Keyed, r.Replays, r.KeyTwins, r.Batches, r.BatchesUnacked, r.Phantoms, r.Cancels, r.CancelsRefused, r.CancelsUnknown, r.CancelsHeld, r.Cancelled,
+		r.Retries, r.RetriesRefused, r.AfterCancel, r.Pauses, r.PausedClaims, r.Backwards)
 }
 
 // drained is "priority:drained/tasks" for each priority, sorted.
@@ -119,7 +148,8 @@ type checker struct {
 	sends    map[string][]resultRecord    // result and failure sends by task id
 	releases map[claimKey][]releaseRecord // give-backs by the claim they gave back
 	postOf   map[string]postRecord        // the post of each task id, where known
-	terminal map[string]int               // result, failed and timeout events by task id
+	terminal map[string]int               // the most terminal events of one life (up to a retried line) by task id
+	retried  map[string]int               // retried events by task id
 	mended   map[mendedLine]int           // lines the start-up repairs appended
 }
 
@@ -149,18 +179,24 @@ func check(h histories, s store, rules map[string]queueRules, events []event, to
 		h: h, store: s, rules: rules, events: map[string][]event{},
 		r:     &report{Kills: kills, CutKinds: map[string]int{}, MendedKinds: map[string]int{}, Priorities: map[int][2]int{}},
 		sends: map[string][]resultRecord{}, releases: map[claimKey][]releaseRecord{}, postOf: map[string]postRecord{},
-		terminal: map[string]int{}, mended: map[mendedLine]int{},
+		terminal: map[string]int{}, retried: map[string]int{}, mended: map[mendedLine]int{},
 	}
 	for _, m := range mended {
 		c.mended[mendedLine{m.ID, m.Event}]++
 		c.r.Mended++
 		c.r.MendedKinds[m.Event]++
 	}
+	c.r.Backwards = len(stampedBackwards(events))
+	life := map[string]int{} // terminal events since the task's last retried line
 	for _, ev := range events {
 		c.events[ev.ID] = append(c.events[ev.ID], ev)
 		switch {
-		case ev.Event == "result" || ev.Event == "timeout" || ev.Event == "failed" && ev.Error != "corrupt":
-			c.terminal[ev.ID]++
+		case ev.Event == "result" || ev.Event == "timeout" || ev.Event == "cancelled" || ev.Event == "failed" && ev.Error != "corrupt":
+			life[ev.ID]++
+			c.terminal[ev.ID] = max(c.terminal[ev.ID], life[ev.ID])
+		case ev.Event == "retried":
+			life[ev.ID] = 0
+			c.retried[ev.ID]++
 		case ev.Event == "requeue":
 			c.r.Requeues++
 		}
@@ -199,6 +235,10 @@ func check(h histories, s store, rules map[string]queueRules, events []event, to
 	c.giveBacks()
 	c.claims()
 	c.outcomes()
+	c.keys()
+	c.batches()
+	c.cancelsAndRetries()
+	c.pauses()
 	for _, id := range c.ids() {
 		c.lifecycle(id)
 	}
@@ -262,9 +302,24 @@ func (c *checker) posts() {
 	for _, t := range c.store.tasks {
 		byTag[t.ItemTag] = append(byTag[t.ItemTag], t.ID)
 	}
-	for tag, ids := range byTag {
+	// A keyed post may be sent several times: its item reached a server
+	// if any of its sends did.
+	sent := map[string]bool{}
+	posted := map[string]bool{}
+	for _, p := range c.h.posts {
+		posted[p.Tag] = true
+		sent[p.Tag] = sent[p.Tag] || p.Outcome != unsent
+	}
+	for _, tag := range slices.Sorted(maps.Keys(byTag)) {
+		ids := byTag[tag]
 		if len(ids) > 1 {
 			c.r.fail(&c.r.Twins, "item %s is stored as %d tasks: %v", tag, len(ids), ids)
+		}
+		switch {
+		case !posted[tag]:
+			c.r.fail(&c.r.Phantoms, "item %s is stored as %v, but no post or batch sent it", tag, ids)
+		case !sent[tag]:
+			c.r.fail(&c.r.Disagree, "item %s was never sent (connection refused) but is stored as %v", tag, ids)
 		}
 	}
 	for _, p := range c.h.posts {
@@ -272,9 +327,6 @@ func (c *checker) posts() {
 			c.r.Unacked++
 			if ids := byTag[p.Tag]; len(ids) > 0 {
 				c.r.UnackedExist++
-				if p.Outcome == unsent {
-					c.r.fail(&c.r.Disagree, "item %s was never sent (connection refused) but is stored as %v", p.Tag, ids)
-				}
 			}
 			continue
 		}
@@ -491,6 +543,8 @@ func (c *checker) outcomes() {
 			c.r.FailedByWorker++
 		case t.Status == "failed" && t.Error == "timeout":
 			c.r.TimedOut++
+		case t.Status == "failed" && t.Error == "cancelled":
+			c.r.Cancelled++
 		case t.Status == "failed" && t.Error == "attempts":
 			c.r.DeadLetters++
 			if maxAttempts := c.rules[t.Queue].MaxAttempts; maxAttempts == 0 || t.Attempts != maxAttempts {
@@ -529,8 +583,10 @@ func (c *checker) claims() {
 			}
 		}
 	}
+	// A retry starts a task's attempts again from 0: each life may claim
+	// it once with each number.
 	for k, n := range logged {
-		if n > 1 {
+		if n > 1+c.retried[k.id] {
 			c.r.fail(&c.r.Disagree, "task %s logged %d claims with attempts %d", k.id, n, k.attempts)
 		}
 	}
@@ -544,7 +600,7 @@ func (c *checker) claims() {
 	}
 	seen := map[string][]int{} // the attempt numbers handed out, by task
 	for k, clients := range handed {
-		if len(clients) > 1 {
+		if len(clients) > 1+c.retried[k.id] {
 			c.r.fail(&c.r.DoubleFinished, "task %s was handed out twice with attempts %d: %v", k.id, k.attempts, clients)
 		}
 		seen[k.id] = append(seen[k.id], k.attempts)
@@ -592,7 +648,7 @@ func terminal(status string) bool { return status == "finished" || status == "fa
 // return's logged time. The first claim after the last return must also
 // come at or after the notBefore the store holds.
 func (c *checker) lifecycle(id string) {
-	status, attempts, claimer := "", 0, ""
+	status, attempts, claimer, lastErr := "", 0, "", ""
 	rules := c.rules[c.queueOf(id)]
 	var notBefore, returned int64 // the earliest claim the client's knowledge allows, and when it became pending
 	why := "its post"
@@ -650,12 +706,45 @@ func (c *checker) lifecycle(id string) {
 			case ev.Event == "result" && (status == "pending" || claimer != ev.Worker):
 				c.r.Late++
 			}
+		case "cancelled":
+			switch {
+			case terminal(status):
+				// Counted in results, as a second terminal event.
+			case status == "":
+				c.r.cut("posted")
+			}
+			if ev.Error != "cancelled" || ev.Status != "failed" {
+				c.r.fail(&c.r.Disagree, "task %s: cancelled event with status %s, error %q", id, ev.Status, ev.Error)
+			}
+		case "retried":
+			switch {
+			case status == "finished":
+				c.r.fail(&c.r.DoubleFinished, "task %s: retried after it was finished", id)
+			case status == "":
+				c.r.cut("posted")
+			case status != "failed":
+				c.r.cut("failed")
+			}
+			if ev.Status != "pending" || ev.Attempts != 0 {
+				c.r.fail(&c.r.Disagree, "task %s: retried event with status %s, attempts %d", id, ev.Status, ev.Attempts)
+			}
+			notBefore, returned, why = 0, ev.At, "its retry"
+			firstClaim = -1
 		case "fetched", "cleaned":
 			if !terminal(status) {
 				c.r.cut("result")
 			}
 		default:
 			c.r.fail(&c.r.Disagree, "task %s: %s event (status %s)", id, ev.Event, ev.Status)
+		}
+		switch ev.Event {
+		case "result", "failed", "cancelled", "timeout":
+			if !terminal(status) {
+				lastErr = ev.Error
+				if ev.Event == "timeout" {
+					lastErr = "timeout"
+				}
+			}
 		}
 		status, attempts = ev.Status, ev.Attempts
 	}
@@ -671,6 +760,8 @@ func (c *checker) lifecycle(id string) {
 		c.r.fail(&c.r.Unfinished, "task %s is still %s after the drain", id, t.Status)
 	}
 	switch {
+	case t.Status == status && status == "failed" && t.Error != lastErr:
+		c.r.fail(&c.r.Disagree, "task %s is failed with error %q in the store but %q by its log (%s)", id, t.Error, lastErr, c.trail(id))
 	case t.Status == status:
 	case terminal(t.Status) && !terminal(status):
 		// The terminal line is missing. If a client was told of the
@@ -680,6 +771,8 @@ func (c *checker) lifecycle(id string) {
 			c.r.cut("result")
 		case t.Error == "timeout":
 			c.r.cut("timeout")
+		case t.Error == "cancelled":
+			c.r.cut("cancelled")
 		default:
 			c.r.cut("failed")
 		}

@@ -49,11 +49,7 @@ func (s *scenario) check() *report {
 // be counted where the summary shows it.
 func TestCheckerCatches(t *testing.T) {
 	t.Parallel()
-	cases := []struct {
-		name    string
-		plant   func(s *scenario)
-		counter func(r *report) int
-	}{
+	catches(t, finishedOnce, []plantCase{
 		{"acked task gone", func(s *scenario) {
 			delete(s.store.tasks, "a")
 		}, func(r *report) int { return r.Lost }},
@@ -138,13 +134,27 @@ func TestCheckerCatches(t *testing.T) {
 		{"debris in the store", func(s *scenario) {
 			s.store.debris = []string{"jobs/pending/.a.json.tmp-1"}
 		}, func(r *report) int { return r.Debris }},
-	}
-	if r := finishedOnce().check(); len(r.Problems) > 0 || r.Cut > 0 {
+	})
+}
+
+// plantCase is one way of breaking a rule, planted in a clean scenario,
+// and the counter of the report that must show it.
+type plantCase struct {
+	name    string
+	plant   func(s *scenario)
+	counter func(r *report) int
+}
+
+// catches checks that base is clean and that each case, planted in it, is
+// caught: counted where the summary shows it and told as a problem.
+func catches(t *testing.T, base func() *scenario, cases []plantCase) {
+	t.Helper()
+	if r := base().check(); len(r.Problems) > 0 || r.Cut > 0 {
 		t.Fatalf("the clean scenario reports %v (cut %d)", r.Problems, r.Cut)
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			s := finishedOnce()
+			s := base()
 			c.plant(s)
 			r := s.check()
 			if c.counter(r) == 0 || len(r.Problems) == 0 {

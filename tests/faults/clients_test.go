@@ -39,6 +39,18 @@ func newAPI(port int) *api {
 	}
 }
 
+// unreused is a's server over a client that opens a connection for each
+// request. net/http's Transport sends a request again by itself, on a new
+// connection, when a reused one fails under it, if it counts the request
+// as idempotent: a DELETE, or a post with an Idempotency-Key. The first
+// send may then have reached a server that died before answering while
+// the caller sees only the second one's refused connection, which would
+// pass for "never sent". Without reuse the Transport never resends, so a
+// refused connection still means nothing reached a server.
+func (a *api) unreused() *api {
+	return &api{base: a.base, http: &http.Client{Timeout: a.http.Timeout, Transport: &http.Transport{DisableKeepAlives: true}}}
+}
+
 // answer is one request's fate: a status and body, or no answer at all.
 type answer struct {
 	status int
@@ -51,7 +63,10 @@ type answer struct {
 func (a answer) refused() bool { return errors.Is(a.err, syscall.ECONNREFUSED) }
 
 // do sends one JSON request to the queue's host.
-func (a *api) do(method, path string, body any) answer {
+func (a *api) do(method, path string, body any) answer { return a.doWith(method, path, body, nil) }
+
+// doWith sends one JSON request with extra headers.
+func (a *api) doWith(method, path string, body any, header http.Header) answer {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -66,6 +81,9 @@ func (a *api) do(method, path string, body any) answer {
 	}
 	req.Host = host
 	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header[k] = v
+	}
 	resp, err := a.http.Do(req)
 	if err != nil {
 		return answer{err: err}
@@ -246,6 +264,8 @@ const (
 	staller                   // sits past its lease, then hands in a late result
 	doubler                   // posts two different results, at once or one after the other
 	giver                     // finishes, gives back (with or without delay and reason), fails or stalls
+	many                      // claims several at once (SPEC §12's batch claim), then works as steady
+	holder                    // works as steady, but holds each task a while (to be cancelled under it)
 )
 
 // httpWorker claims with a long poll and reports over HTTP.
@@ -268,6 +288,13 @@ func (w *httpWorker) run(stop <-chan struct{}) {
 		if closed(stop) {
 			return
 		}
+		if w.mode == many {
+			for _, task := range w.claimMany(stop) {
+				w.progress(task.ID)
+				w.finish(task.ID, newResultTag())
+			}
+			continue
+		}
 		task, ok := w.claim(stop)
 		if !ok {
 			continue
@@ -275,6 +302,11 @@ func (w *httpWorker) run(stop <-chan struct{}) {
 		switch w.mode {
 		case steady:
 			w.progress(task.ID)
+			w.finish(task.ID, newResultTag())
+		case holder:
+			w.progress(task.ID)
+			time.Sleep(time.Duration(100+rand.IntN(300)) * time.Millisecond)
+			w.heartbeat(task.ID)
 			w.finish(task.ID, newResultTag())
 		case staller:
 			// Past the lease, so the sweep re-queues the task and someone
@@ -369,6 +401,7 @@ func (w *httpWorker) send(kind, id, tag string) {
 	}
 	var b backoff
 	for range maxTries {
+		sentAt := time.Now().UnixMilli()
 		a := w.api.do("POST", path, body)
 		if a.refused() {
 			if !b.next(nil) {
@@ -376,7 +409,7 @@ func (w *httpWorker) send(kind, id, tag string) {
 			}
 			continue
 		}
-		rec := resultRecord{Client: w.name, Kind: kind, ID: id, Tag: tag}
+		rec := resultRecord{Client: w.name, Kind: kind, ID: id, Tag: tag, SentAt: sentAt, AckAt: time.Now().UnixMilli()}
 		rec.Outcome, rec.Status = ackOf(a)
 		w.hist.result(rec)
 		if rec.Outcome != unknown {

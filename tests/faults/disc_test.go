@@ -25,6 +25,7 @@ type storedTask struct {
 	Fetched    bool   // fetchedAt is set
 	NotBefore  *int64 // when set (SPEC §11)
 	Priority   int
+	Key        string // its idempotencyKey ("": none)
 }
 
 // store is the items folders of the run's queues as the server left them.
@@ -87,6 +88,7 @@ func (s *store) readDir(dir, queue, state string) error {
 			FetchedAt *int64
 			NotBefore *int64
 			Priority  int
+			Key       string `json:"idempotencyKey"`
 		}
 		if err := json.Unmarshal(data, &rec); err != nil || rec.ID != id {
 			s.debris = append(s.debris, path+" (unreadable)")
@@ -96,7 +98,7 @@ func (s *store) readDir(dir, queue, state string) error {
 			s.debris = append(s.debris, fmt.Sprintf("task %s in both %s and %s", id, old.Dir, state))
 		}
 		t := storedTask{ID: id, Queue: queue, Dir: state, Status: rec.Status, ItemTag: rec.Item.Tag, Attempts: rec.Attempts,
-			Fetched: rec.FetchedAt != nil, NotBefore: rec.NotBefore, Priority: rec.Priority}
+			Fetched: rec.FetchedAt != nil, NotBefore: rec.NotBefore, Priority: rec.Priority, Key: rec.Key}
 		if rec.Result != nil {
 			t.ResultTag = rec.Result.Tag
 		}

@@ -7,7 +7,15 @@
 // delayed and prioritised posts, give-backs and failures by workers), and
 // the check adds: a task ends exactly once (finished, failed or timed out),
 // no claim comes before the task's time, none past maxAttempts, and every
-// priority drains.
+// priority drains. A third queue runs SPEC §12 (see ops_test.go): posts
+// with an Idempotency-Key sent again when their answers were lost, batch
+// posts, batch claims, and a manager that cancels tasks, retries the ones
+// it cancelled and pauses the queue (across kills); the check adds that a
+// key makes one task and every answer for it names that task, a batch's
+// ids come in order and no task appears that nobody posted, a cancel
+// holds unless retried and no result is accepted after it, the log's
+// cancelled and retried lines agree with the clients and the store, and
+// nothing is claimed while the queue is known to be paused.
 //
 // TestFaults runs FAULT_CYCLES kills (default 5, a few seconds, part of
 // `make test`); `make faults` runs a long series. FAULT_SEED repeats a run's
@@ -96,6 +104,11 @@ func TestFaults(t *testing.T) {
 		t.Fatal("producers did not stop")
 	}
 	r.start()
+	// The manager may have stopped with the ops queue paused: resume it,
+	// as a recorded resume, so that the drain can finish.
+	if !cl.manager.toggle(nil, opResume) {
+		t.Fatal("could not resume the ops queue")
+	}
 	r.drain(newAPI(port), drainLimit)
 	if !cl.stopWorkers(clientStopLimit) {
 		t.Fatal("workers did not stop")
@@ -289,6 +302,7 @@ func (r *runner) drain(a *api, limit time.Duration) {
 // clients are every producer and worker of a run.
 type clients struct {
 	hists                     []*history
+	manager                   *manager
 	producers, workers        sync.WaitGroup
 	stopProducing, stopWork   chan struct{}
 	stopProdOnce, stopWorkOne sync.Once
@@ -300,7 +314,9 @@ type clients struct {
 // and each other (on the slow producer's items); a doubler's two results race each other; a dropper's socket
 // dies under the tasks it holds. On the retry queue (SPEC §11) producers
 // post delayed and prioritised tasks, and givers over HTTP and the socket
-// also give tasks back and fail them.
+// also give tasks back and fail them. On the ops queue (SPEC §12) keyed and
+// batch producers post, a manager cancels, retries and pauses, and HTTP
+// workers (one claiming several at once) and a socket worker work.
 func startClients(a *api) *clients {
 	c := &clients{stopProducing: make(chan struct{}), stopWork: make(chan struct{})}
 	add := func() *history {
@@ -321,16 +337,32 @@ func startClients(a *api) *clients {
 		p.hist = add()
 		c.producers.Go(func() { p.run(c.stopProducing) })
 	}
+	// Keyed posts and cancels (a DELETE) go over connections of their own:
+	// see unreused.
+	c.manager = &manager{name: "manager-0", api: a.unreused()}
+	for i := range 2 {
+		p := &keyProducer{name: fmt.Sprintf("kprod-%d", i), api: a.unreused(), hist: add()}
+		c.manager.from = append(c.manager.from, p.hist)
+		c.producers.Go(func() { p.run(c.stopProducing) })
+	}
+	bp := &batchProducer{name: "bprod-0", api: a, hist: add()}
+	c.manager.from = append(c.manager.from, bp.hist)
+	c.producers.Go(func() { bp.run(c.stopProducing) })
+	c.manager.hist = add()
 	httpWorkers := []struct {
 		name, queue string
 		mode        workerMode
 	}{
 		{"http-0", queue, steady}, {"http-1", queue, steady}, {"stall-0", queue, staller}, {"stall-1", queue, staller},
 		{"double-0", queue, doubler}, {"give-0", retryQueue, giver}, {"give-1", retryQueue, giver},
+		{"ohttp-0", opsQueue, steady}, {"ohold-0", opsQueue, holder}, {"omany-0", opsQueue, many},
 	}
 	for _, hw := range httpWorkers {
 		w := &httpWorker{name: hw.name, queue: hw.queue, mode: hw.mode, api: a}
 		w.hist = add()
+		if hw.queue == opsQueue {
+			c.manager.held = append(c.manager.held, w.hist)
+		}
 		c.workers.Go(func() { w.run(c.stopWork) })
 	}
 	sockWorkers := []struct {
@@ -340,12 +372,15 @@ func startClients(a *api) *clients {
 	}{
 		{"sock-0", queue, 4, false, false}, {"sock-1", queue, 4, false, false}, {"drop-0", queue, 3, true, false},
 		{"rsock-0", retryQueue, 3, false, true}, {"rdrop-0", retryQueue, 2, true, true},
+		{"osock-0", opsQueue, 3, false, false},
 	}
 	for _, sw := range sockWorkers {
 		w := &sockWorker{name: sw.name, queue: sw.queue, claims: sw.claims, drop: sw.drop, giver: sw.giver, api: a}
 		w.hist = add()
 		c.workers.Go(func() { w.run(c.stopWork) })
 	}
+	// Last: it reads the workers' histories.
+	c.producers.Go(func() { c.manager.run(c.stopProducing) })
 	return c
 }
 

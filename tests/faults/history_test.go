@@ -30,6 +30,13 @@ type postRecord struct {
 	Delay     int64 // ?delay=, in ms (0: none)
 	NotBefore int64 // ?notBefore=, Unix ms (0: none)
 	Priority  int   // ?priority=
+
+	// SPEC §12: a post's Idempotency-Key ("": none; sends with one key
+	// carry one item and are recorded one each), and for an item of a
+	// batch post, the batch's name (every item of it has one record, with
+	// the batch's outcome and, acknowledged, the id at its index).
+	Key   string
+	Batch string
 }
 
 // earliest is the earliest time (Unix ms) the post let its task be
@@ -81,6 +88,8 @@ type resultRecord struct {
 	Tag     string // the result's "tag", unique per result body
 	Outcome outcome
 	Status  string // the task's status given with a refusal
+	SentAt  int64  // Unix ms, the client's clock before it sent (0: not kept)
+	AckAt   int64  // Unix ms, when the answer (or its loss) came
 }
 
 // readRecord is one status read of a task whose post was acknowledged.
@@ -99,6 +108,13 @@ type history struct {
 	results  []resultRecord
 	releases []releaseRecord
 	reads    []readRecord
+	ops      []opRecord
+}
+
+func (h *history) op(r opRecord) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ops = append(h.ops, r)
 }
 
 func (h *history) post(r postRecord) {
@@ -144,6 +160,17 @@ func (h *history) ackedIDs() []string {
 	return ids
 }
 
+// claimedIDs lists the ids of this client's last n claims.
+func (h *history) claimedIDs(n int) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var ids []string
+	for _, c := range h.claims[max(0, len(h.claims)-n):] {
+		ids = append(ids, c.ID)
+	}
+	return ids
+}
+
 // histories is every client's history merged, for the checker. Call it
 // once the clients have stopped.
 type histories struct {
@@ -152,6 +179,7 @@ type histories struct {
 	results  []resultRecord
 	releases []releaseRecord
 	reads    []readRecord
+	ops      []opRecord
 }
 
 func merge(hs []*history) histories {
@@ -163,6 +191,7 @@ func merge(hs []*history) histories {
 		all.results = append(all.results, h.results...)
 		all.releases = append(all.releases, h.releases...)
 		all.reads = append(all.reads, h.reads...)
+		all.ops = append(all.ops, h.ops...)
 		h.mu.Unlock()
 	}
 	return all

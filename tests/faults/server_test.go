@@ -33,6 +33,10 @@ const (
 	// is durable before it is answered), a backoff, and its producers post
 	// delayed and prioritised tasks that its workers give back and fail.
 	retryQueue = "retry"
+	// opsQueue is SPEC §12's: public manage access, so that a manager may
+	// cancel, retry, pause and resume it while its producers post with
+	// idempotency keys and in batches.
+	opsQueue = "ops"
 	// leaseSeconds is short so that stalled workers lose their leases often
 	// within a run; queueSeconds is long so that nothing times out.
 	leaseSeconds = 2
@@ -45,6 +49,7 @@ type queueRules struct {
 	MaxAttempts      int // 0: unlimited
 	RetryBaseSeconds int64
 	RetryMaxSeconds  int64
+	Manage           bool // the access block grants manage (SPEC §12)
 }
 
 // minBackoff is the shortest wait a task that came back after its n-th
@@ -66,6 +71,7 @@ func (q queueRules) minBackoff(n int) int64 {
 var runQueues = map[string]queueRules{
 	queue:      {},
 	retryQueue: {MaxAttempts: 3, RetryBaseSeconds: 1, RetryMaxSeconds: 2},
+	opsQueue:   {Manage: true},
 }
 
 // folders are a server's hosts, items and logs folders, kept across restarts.
@@ -99,11 +105,15 @@ func newFolders(t *testing.T) folders {
 			retry = fmt.Sprintf(`, "maxAttempts": %d, "retryBaseSeconds": %d, "retryMaxSeconds": %d`,
 				rules.MaxAttempts, rules.RetryBaseSeconds, rules.RetryMaxSeconds)
 		}
+		manage := ""
+		if rules.Manage {
+			manage = `, "manage": "public"`
+		}
 		content := fmt.Sprintf(`{
 		"item": {"type": "object", "required": ["tag"], "properties": {"tag": {"type": "string"}}},
 		"settings": {"leaseSeconds": %d, "queueSeconds": %d, "retainSeconds": 3600%s},
-		"access": {"post": "public", "status": "public", "work": "public"}
-	}`, leaseSeconds, queueSeconds, retry)
+		"access": {"post": "public", "status": "public", "work": "public"%s}
+	}`, leaseSeconds, queueSeconds, retry, manage)
 		if err := os.WriteFile(queueFile, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}

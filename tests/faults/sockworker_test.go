@@ -211,7 +211,7 @@ func (s *session) sendResult(kind, id, tag string) {
 	s.mu.Lock()
 	s.ref++
 	ref := s.ref
-	s.pending[ref] = resultRecord{Client: s.w.name, Kind: kind, ID: id, Tag: tag, Outcome: unknown}
+	s.pending[ref] = resultRecord{Client: s.w.name, Kind: kind, ID: id, Tag: tag, Outcome: unknown, SentAt: time.Now().UnixMilli()}
 	s.mu.Unlock()
 	if kind == sendFail {
 		s.write(map[string]any{"type": "fail", "ref": ref, "id": id, "reason": map[string]string{"tag": tag}})
@@ -259,7 +259,7 @@ func (s *session) answered(ref int, out outcome, status string) {
 	delete(s.releasing, ref)
 	s.mu.Unlock()
 	if ok {
-		rec.Outcome, rec.Status = out, status
+		rec.Outcome, rec.Status, rec.AckAt = out, status, time.Now().UnixMilli()
 		s.w.hist.result(rec)
 	}
 	if released {
