@@ -82,10 +82,14 @@ func (s *Service) claimNow(ctx context.Context, q *domain.Queue, worker string, 
 		return domain.Task{}, domain.ErrNotFound // a paused queue hands nothing out
 	}
 	var ev domain.Event
-	now := s.clock.Now()
-	t, err := s.repo.ClaimNext(ctx, q.Ref(), m, now, func(t *domain.Task) error {
+	t, err := s.repo.ClaimNext(ctx, q.Ref(), m, s.clock.Now(), func(t *domain.Task) error {
+		// The claim's own time is read here, under the store's lock, not
+		// before the call: a claim that waited for the lock while a post
+		// or a re-queue made this task pending must not be stamped before
+		// that change (the start-up repair reads a line older than the
+		// task's last change as cut).
 		var err error
-		*t, ev, err = t.Claim(worker, q.Settings.Lease(), now)
+		*t, ev, err = t.Claim(worker, q.Settings.Lease(), s.clock.Now())
 		return err
 	}, s.recorder(ctx, q, &ev))
 	if err != nil {

@@ -186,7 +186,11 @@ func check(h histories, s store, rules map[string]queueRules, events []event, to
 		c.r.Mended++
 		c.r.MendedKinds[m.Event]++
 	}
-	c.r.Backwards = len(stampedBackwards(events))
+	// A task's lines are stamped in the order of its changes: the start-up
+	// repair relies on it (TestClaimsAreStampedAfterTheirTasksLastChange).
+	for _, bad := range stampedBackwards(events) {
+		c.r.fail(&c.r.Backwards, "stamped backwards: %s", bad)
+	}
 	life := map[string]int{} // terminal events since the task's last retried line
 	for _, ev := range events {
 		c.events[ev.ID] = append(c.events[ev.ID], ev)

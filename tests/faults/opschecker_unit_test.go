@@ -74,14 +74,6 @@ func TestCheckerCatchesOpsRules(t *testing.T) {
 		f(&t)
 		s.store.tasks[id] = t
 	}
-	find := func(s *scenario, id, kind string) int {
-		for i, ev := range s.events {
-			if ev.ID == id && ev.Event == kind {
-				return i
-			}
-		}
-		panic("no " + kind + " line of " + id)
-	}
 	catches(t, opsOnce, []plantCase{
 		// Idempotent posts.
 		{"a replay names another id", func(s *scenario) {
@@ -190,6 +182,7 @@ func TestCheckerCountsOps(t *testing.T) {
 
 	s := opsOnce()
 	s.events[5].At = 3010 + pauseSlack // k's claim, taken as the pause came
+	s.events[find(s, "k", "result")].At = 3300
 	// b0 was claimed with attempts 1 before its cancel as well.
 	s.h.claims = append(s.h.claims, claimRecord{Client: "v", ID: "b0", Attempts: 1})
 	s.events = append(s.events[:3:3], append([]event{{ID: "b0", Queue: opsQueue, Event: "claimed", Status: "processing", Attempts: 1, Worker: "v", At: 1250}}, s.events[3:]...)...)
@@ -219,4 +212,14 @@ func TestStampedBackwards(t *testing.T) {
 	if r := opsOnce().check(); r.Backwards != 0 {
 		t.Errorf("the clean scenario counts %d lines stamped backwards", r.Backwards)
 	}
+}
+
+// find is the index of task id's first line of kind in s.
+func find(s *scenario, id, kind string) int {
+	for i, ev := range s.events {
+		if ev.ID == id && ev.Event == kind {
+			return i
+		}
+	}
+	panic("no " + kind + " line of " + id)
 }

@@ -2,7 +2,6 @@ package faults
 
 import (
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -23,25 +22,16 @@ func stampedBackwards(events []event) []string {
 	return out
 }
 
-// TestReproClaimStampedBeforeItsTask reproduces a server bug the fault
-// harness found: app.Service.claimNow reads the clock before
-// repo.ClaimNext takes the queue's lock, so a claim that waited for the
-// lock while a post (or a re-queue) made a task pending can take that task
-// with a time before it became pending: its claimed line, and the task's
-// updatedAt, are stamped earlier than the task's posted (or requeue) line.
-// The start-up repair relies on a task's stamps rising (app.agrees: "a
-// newer line says the log is not behind the store"), so when a crash cuts
-// such a claim's line, the repair takes the older-stamped claim for
-// logged and never appends it: TestFaults then fails with "1 log lines
-// are still cut after a clean start and stop" (seed 1796165956239115744:
-// a jobs task requeued at .838 by a socket drop, claimed by http-1 with a
-// stamp before .838 and the line cut by the kill; the lease lapsed on the
-// next server and its requeue line followed a requeue line with no claim
-// between). Set FAULT_REPRO=1 to run it.
-func TestReproClaimStampedBeforeItsTask(t *testing.T) {
-	if os.Getenv("FAULT_REPRO") == "" {
-		t.Skip("server bug: a claim is stamped with the time before it took the queue's lock, earlier than its task's last change (set FAULT_REPRO=1)")
-	}
+// TestClaimsAreStampedAfterTheirTasksLastChange pins a bug the fault
+// harness found: a claim read the clock before it took the store's lock, so
+// a claim that waited for the lock while a post or a re-queue made a task
+// pending could take that task with a time before it became pending. The
+// start-up repair relies on a task's stamps rising ("a newer line says the
+// log is not behind the store"), so a crash that cut such a claim's line
+// left it cut for good (seed 1796165956239115744). Posters and claimers
+// race here, and no line of a task may be stamped before the one it
+// follows.
+func TestClaimsAreStampedAfterTheirTasksLastChange(t *testing.T) {
 	f := newFolders(t)
 	port := freePort(t)
 	p, err := start(f, port)
