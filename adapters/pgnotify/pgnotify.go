@@ -34,7 +34,7 @@
 // while the queue has pending tasks.
 //
 // Reconnects. When the listener's connection drops it reconnects with a
-// backoff, LISTENs again and then interrupts the hub (notify.Hub.Interrupt):
+// backoff, LISTENs again and then interrupts the hub (Hub.Interrupt):
 // every local waiting claim looks once more, since notifications may have
 // been missed meanwhile, and every local watcher is cut off (Lost) to start
 // over from a fresh read.
@@ -61,7 +61,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
 
-	"github.com/taskhoster/taskhoster/adapters/notify"
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
 )
@@ -80,6 +79,15 @@ const MaxPayload = 7999
 // listeners lose the connection too, and wake their claims on reconnect).
 const maxQueued = 100_000
 
+// Hub is the in-process notifier this one wraps (notify.Hub, given by the
+// wiring): it keeps this server's claim lines and subscriptions.
+type Hub interface {
+	ports.Notifier
+	// Interrupt wakes every waiting claim once and cuts off every
+	// subscription: news may have been missed.
+	Interrupt()
+}
+
 // Getter reads a task's current record: the store, for notifications too
 // large to carry it.
 type Getter interface {
@@ -89,7 +97,7 @@ type Getter interface {
 // Notifier implements ports.Notifier across servers. Build it with New,
 // Start it, Stop it.
 type Notifier struct {
-	hub    *notify.Hub
+	hub    Hub
 	url    string
 	get    Getter
 	logger *zap.Logger
@@ -114,7 +122,7 @@ type Notifier struct {
 // New returns a Notifier that wraps hub and talks to the database at url;
 // get reads records too large for a notification (nil: such events reach
 // other servers' watchers not at all, only their claims).
-func New(hub *notify.Hub, url string, get Getter, logger *zap.Logger) *Notifier {
+func New(hub Hub, url string, get Getter, logger *zap.Logger) *Notifier {
 	if logger == nil {
 		logger = zap.NewNop()
 	}

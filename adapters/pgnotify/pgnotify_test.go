@@ -36,6 +36,16 @@ func start(t *testing.T, url string, get pgnotify.Getter) *pgnotify.Notifier {
 	return n
 }
 
+// servers starts two notifiers on one new database, as two servers would,
+// and a context that ends after d.
+func servers(t *testing.T, d time.Duration) (ctx context.Context, a, b *pgnotify.Notifier, url string) {
+	t.Helper()
+	url = pgtest.Database(t)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx, start(t, url, nil), start(t, url, nil), url
+}
+
 func posted(attempts int) domain.Event {
 	return domain.Event{Kind: domain.EventPosted, At: time.Now(), Task: domain.Task{
 		Host: resize.Host, Queue: resize.Queue, ID: id, Status: domain.Pending,
@@ -64,29 +74,33 @@ func parked(t *testing.T, ctx context.Context, n *pgnotify.Notifier) (looks *ato
 	return looks, errs
 }
 
+// woken waits for the Await that done reports on to end without error,
+// failing with why if it does not within d.
+func woken(t *testing.T, done <-chan error, d time.Duration, why string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("await: %v", err)
+		}
+	case <-time.After(d):
+		t.Fatal(why)
+	}
+}
+
 // A post published on one server wakes a claim waiting on the other within
 // a few milliseconds.
 func TestPublishWakesAClaimOnAnotherServer(t *testing.T) {
-	url := pgtest.Database(t)
-	a, b := start(t, url, nil), start(t, url, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx, a, b, _ := servers(t, 10*time.Second)
 	for round := range 5 {
 		_, done := parked(t, ctx, b)
 		began := time.Now()
 		a.Publish(posted(round))
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("await: %v", err)
-			}
-			took := time.Since(began)
-			t.Logf("round %d: woken after %v", round, took)
-			if took > time.Second {
-				t.Errorf("woken after %v, want a few milliseconds", took)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("the claim on B was not woken by a post on A")
+		woken(t, done, 5*time.Second, "the claim on B was not woken by a post on A")
+		took := time.Since(began)
+		t.Logf("round %d: woken after %v", round, took)
+		if took > time.Second {
+			t.Errorf("woken after %v, want a few milliseconds", took)
 		}
 	}
 }
@@ -94,10 +108,7 @@ func TestPublishWakesAClaimOnAnotherServer(t *testing.T) {
 // A Wake on one server (delayed tasks come due, a resume) wakes claims on
 // the other too; a delayed post wakes nobody.
 func TestWakeIsBroadcast(t *testing.T) {
-	url := pgtest.Database(t)
-	a, b := start(t, url, nil), start(t, url, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx, a, b, _ := servers(t, 10*time.Second)
 	looks, done := parked(t, ctx, b)
 	later := time.Now().Add(time.Hour).UnixMilli()
 	ev := posted(0)
@@ -108,21 +119,13 @@ func TestWakeIsBroadcast(t *testing.T) {
 		t.Fatal("a delayed post woke a claim")
 	}
 	a.Wake(resize, 1)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("await: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the claim on B was not woken by a Wake on A")
-	}
+	woken(t, done, 5*time.Second, "the claim on B was not woken by a Wake on A")
 }
 
 // A watcher on one server sees every event published on the other, in
 // publish order, and none of its own server twice.
 func TestWatcherSeesRemoteEventsInOrder(t *testing.T) {
-	url := pgtest.Database(t)
-	a, b := start(t, url, nil), start(t, url, nil)
+	_, a, b, _ := servers(t, 10*time.Second)
 	const events = 200
 	sub := b.Subscribe(domain.Key{Host: resize.Host, Queue: resize.Queue, ID: id}, events)
 	defer sub.Close()
@@ -191,25 +194,15 @@ func TestLargeRecordIsReadFromTheStore(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the watcher on B got nothing")
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("await: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("the claim on B was not woken")
-	}
+	woken(t, done, 5*time.Second, "the claim on B was not woken")
 }
 
 // When the listener's connection is killed, it reconnects, wakes every
 // local claim once (notifications may have been missed), cuts off local
 // watchers, and carries news again.
 func TestListenerReconnects(t *testing.T) {
-	url := pgtest.Database(t)
-	a, b := start(t, url, nil), start(t, url, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	looks, done := parked(t, ctx, b)
+	ctx, a, b, url := servers(t, 20*time.Second)
+	_, done := parked(t, ctx, b)
 	sub := b.Subscribe(domain.Key{Host: resize.Host, Queue: resize.Queue, ID: id}, 4)
 	defer sub.Close()
 
@@ -222,14 +215,7 @@ func TestListenerReconnects(t *testing.T) {
 	if err := conn.QueryRow(ctx, "SELECT pg_terminate_backend($1)", int32(b.ListenerPID())).Scan(&killed); err != nil || !killed {
 		t.Fatalf("terminate the listener: %v %v", killed, err)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("await: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the local claim was not woken after the reconnect (looks %d, listens %d)", looks.Load(), b.Listens())
-	}
+	woken(t, done, 10*time.Second, "the local claim was not woken after the reconnect")
 	if b.Listens() != 2 {
 		t.Errorf("listens = %d, want 2", b.Listens())
 	}
@@ -240,12 +226,5 @@ func TestListenerReconnects(t *testing.T) {
 	// And news flows again.
 	_, done = parked(t, ctx, b)
 	a.Publish(posted(1))
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("await: %v", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("after the reconnect a post on A did not wake B")
-	}
+	woken(t, done, 5*time.Second, "after the reconnect a post on A did not wake B")
 }
