@@ -177,6 +177,30 @@ func (h *Hub) Wake(q domain.QueueRef, n int) {
 	}
 }
 
+// Interrupt says news may have been missed (a Notifier that carries news
+// between servers lost its connection for a while): it wakes every claim
+// waiting in every line once, so each looks again, and cuts off every
+// subscription (Lost), so each watcher starts over from a fresh read.
+func (h *Hub) Interrupt() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.wakes++
+	for _, l := range h.lines {
+		for e := l.Front(); e != nil; e = l.Front() {
+			w := e.Value.(*waiter)
+			h.unline(w)
+			w.wake = h.wakes
+			close(w.woken)
+		}
+	}
+	for _, set := range h.subs {
+		for s := range set {
+			s.lost.Store(true)
+			h.drop(s)
+		}
+	}
+}
+
 // wakeNext gives wake n to the waiter longest in q's line, if it joined
 // before the wake: one that joined later looked for tasks after this one
 // was there. h.mu is held.

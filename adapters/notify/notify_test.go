@@ -193,3 +193,45 @@ func TestSlowSubscriberIsCutOffWithoutBlocking(t *testing.T) {
 		t.Errorf("fast subscriber got %s after the cut-off, want result", ev.Kind)
 	}
 }
+
+// Interrupt wakes every waiting claim once and cuts off every watcher.
+func TestInterruptWakesEveryClaimAndCutsOffWatchers(t *testing.T) {
+	h := NewHub()
+	other := domain.QueueRef{Host: resize.Host, Queue: "other"}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var looks atomic.Int64
+	var parked sync.WaitGroup
+	done := make(chan error, 3)
+	for _, q := range []domain.QueueRef{resize, resize, other} {
+		parked.Add(1)
+		go func() {
+			first := true
+			done <- h.Await(ctx, q, func() (bool, error) {
+				looks.Add(1)
+				if first {
+					first = false
+					parked.Done()
+					return false, nil
+				}
+				return true, nil
+			})
+		}()
+	}
+	parked.Wait()
+	sub := h.Subscribe(domain.Key{Host: resize.Host, Queue: resize.Queue, ID: "9f2c1a0b7d4e6f83"}, 4)
+	time.Sleep(20 * time.Millisecond) // let the claims park
+	h.Interrupt()
+	for range 3 {
+		if err := <-done; err != nil {
+			t.Fatalf("await: %v", err)
+		}
+	}
+	if got := looks.Load(); got != 6 {
+		t.Errorf("looks = %d, want 6 (each claim once, then once more)", got)
+	}
+	if _, ok := <-sub.C(); ok || !sub.Lost() {
+		t.Errorf("subscription not cut off: lost=%v", sub.Lost())
+	}
+	sub.Close()
+}

@@ -30,6 +30,7 @@ import (
 	"github.com/taskhoster/taskhoster/adapters/httpapi"
 	"github.com/taskhoster/taskhoster/adapters/metrics"
 	"github.com/taskhoster/taskhoster/adapters/notify"
+	"github.com/taskhoster/taskhoster/adapters/pgnotify"
 	"github.com/taskhoster/taskhoster/adapters/postgres"
 	"github.com/taskhoster/taskhoster/adapters/schema"
 	"github.com/taskhoster/taskhoster/adapters/wsapi"
@@ -272,11 +273,21 @@ var EventLogModule = fx.Module("eventlog",
 	}),
 )
 
-// NotifyModule provides the in-process notifier. It hands on a wake a claim
-// did not use only while the queue still has pending tasks.
+// NotifyModule provides the notifier. It hands on a wake a claim did not
+// use only while the queue still has pending tasks. On files it is the
+// in-process hub; on PostgreSQL the hub wrapped in pgnotify, which carries
+// the news between the servers sharing the database over LISTEN/NOTIFY:
+// its start hook returns once the listener LISTENs, and it stops (sending
+// what is queued) before the store closes, having started after it.
 var NotifyModule = fx.Module("notify",
-	fx.Provide(func(repo ports.TaskRepository) ports.Notifier {
-		return notify.NewHub(notify.WithPending(func(q domain.QueueRef) bool { return repo.Counts(q).Pending > 0 }))
+	fx.Provide(func(lc fx.Lifecycle, cfg Config, repo ports.TaskRepository, logger *zap.Logger) ports.Notifier {
+		hub := notify.NewHub(notify.WithPending(func(q domain.QueueRef) bool { return repo.Counts(q).Pending > 0 }))
+		if cfg.Store != "postgres" {
+			return hub
+		}
+		n := pgnotify.New(hub, cfg.DatabaseURL, repo, logger.Named("pgnotify"))
+		lc.Append(fx.StartStopHook(n.Start, n.Stop))
+		return n
 	}),
 )
 

@@ -1,0 +1,442 @@
+// Package pgnotify is the Notifier for several servers on one PostgreSQL
+// database (issue 14): the in-process notify.Hub keeps this server's claim
+// lines and subscriptions, and LISTEN/NOTIFY carries the news between
+// servers.
+//
+// Sending. Publish hands the event to the local hub at once, then queues a
+// notification; one sender goroutine sends what is queued, in order, in
+// one statement (pg_notify over an array) on a small pool of its own. One
+// sender keeps this server's notifications in publish order, which for one
+// queue is store order (Publish runs in the change's Then); a statement's
+// notifications are delivered in the order sent, and PostgreSQL delivers
+// the transactions' notifications in commit order.
+//
+// Payload (JSON, on channel Channel): the sending server's id, a sequence
+// number (PostgreSQL folds identical payloads of one transaction into one),
+// host, queue, id, event kind, time, worker, cause, whether the task is
+// claimable now, and the task's record (domain.EncodeTask) when the whole
+// payload stays under PostgreSQL's 8000-byte limit. Without the record, a
+// receiver wakes a claim if the task is claimable, and if it has watchers
+// of the task it reads the record from the store: the record read may
+// already be a later one than the event's.
+//
+// Receiving. A dedicated connection LISTENs; each notification from
+// another server (its own are skipped by server id) becomes a Publish on
+// the local hub, which wakes one local claim if the task is claimable and
+// feeds local watchers.
+//
+// Wake is broadcast too. Each server's timers would find due tasks on
+// their own (every server's Due sees the same rows), but only once its
+// sweep has armed a timer for a delay another server stored, and a resume
+// (SetPaused) on one server would not reach claims waiting on another. So
+// a Wake(q, n) wakes n local claims and n on every other server: a woken
+// claim that finds nothing goes back to sleep, and hands its wake on only
+// while the queue has pending tasks.
+//
+// Reconnects. When the listener's connection drops it reconnects with a
+// backoff, LISTENs again and then interrupts the hub (Hub.Interrupt):
+// every local waiting claim looks once more, since notifications may have
+// been missed meanwhile, and every local watcher is cut off (Lost) to start
+// over from a fresh read.
+//
+// Limits. Across servers a notification arrives a little after its change
+// committed. So a watch that starts on one server while another server's
+// change is between its COMMIT and its notification may see that change
+// both in the record it reads and as an event; and when one task's changes
+// are stored alternately on two servers within a notification's latency, a
+// watcher may see them out of order. Sending the notification inside the
+// change's transaction (in adapters/postgres) would remove the second.
+package pgnotify
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.uber.org/zap"
+
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+var _ ports.Notifier = (*Notifier)(nil)
+
+// Channel is the LISTEN/NOTIFY channel every server uses.
+const Channel = "taskhoster_events"
+
+// MaxPayload is the longest payload PostgreSQL takes (it must be shorter
+// than 8000 bytes).
+const MaxPayload = 7999
+
+// maxQueued bounds the notifications waiting to be sent while the database
+// cannot be reached; past it the oldest are dropped (the other servers'
+// listeners lose the connection too, and wake their claims on reconnect).
+const maxQueued = 100_000
+
+// Hub is the in-process notifier this one wraps (notify.Hub, given by the
+// wiring): it keeps this server's claim lines and subscriptions.
+type Hub interface {
+	ports.Notifier
+	// Interrupt wakes every waiting claim once and cuts off every
+	// subscription: news may have been missed.
+	Interrupt()
+}
+
+// Getter reads a task's current record: the store, for notifications too
+// large to carry it.
+type Getter interface {
+	Get(ctx context.Context, k domain.Key) (domain.Task, error)
+}
+
+// Notifier implements ports.Notifier across servers. Build it with New,
+// Start it, Stop it.
+type Notifier struct {
+	hub    Hub
+	url    string
+	get    Getter
+	logger *zap.Logger
+	id     string // this server's id, to skip its own notifications
+
+	pool *pgxpool.Pool
+
+	mu     sync.Mutex
+	queued [][]byte
+	more   chan struct{} // signalled when queued grows
+	seq    uint64
+
+	watched sync.Map // domain.Key → *atomic.Int64: local subscriptions
+
+	pid      atomic.Uint32 // the listener's backend pid (tests)
+	listened chan struct{} // closed once the first LISTEN succeeded
+	listens  atomic.Int64  // how many times LISTEN succeeded
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+}
+
+// New returns a Notifier that wraps hub and talks to the database at url;
+// get reads records too large for a notification (nil: such events reach
+// other servers' watchers not at all, only their claims).
+func New(hub Hub, url string, get Getter, logger *zap.Logger) *Notifier {
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &Notifier{
+		hub: hub, url: url, get: get, logger: logger, id: hex.EncodeToString(b[:]),
+		more: make(chan struct{}, 1), listened: make(chan struct{}),
+	}
+}
+
+// Start opens the sending pool and the listener, and returns once the
+// listener LISTENs (or ctx ends, or the database refuses).
+func (n *Notifier) Start(ctx context.Context) error {
+	cfg, err := pgxpool.ParseConfig(n.url)
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = 2
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	n.pool = pool
+	run, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	n.wg.Go(func() { n.send(run) })
+	n.wg.Go(func() { n.listen(run) })
+	select {
+	case <-n.listened:
+		return nil
+	case <-ctx.Done():
+		n.Stop()
+		return ctx.Err()
+	}
+}
+
+// Stop sends what is still queued (for a second at most), stops the
+// listener and closes the connections.
+func (n *Notifier) Stop() {
+	if n.cancel == nil {
+		return
+	}
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		n.mu.Lock()
+		left := len(n.queued)
+		n.mu.Unlock()
+		if left == 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	n.cancel()
+	n.wg.Wait()
+	n.pool.Close()
+	n.cancel = nil
+}
+
+// message is a notification's payload.
+type message struct {
+	Server    string          `json:"s"`
+	Seq       uint64          `json:"n"`
+	Host      string          `json:"h"`
+	Queue     string          `json:"q"`
+	ID        string          `json:"i,omitempty"`
+	Kind      string          `json:"k,omitempty"` // an event kind; "" for a Wake
+	Wake      int             `json:"w,omitempty"` // Wake's n
+	At        time.Time       `json:"at,omitzero"`
+	Worker    string          `json:"wk,omitempty"`
+	Cause     string          `json:"c,omitempty"`
+	Claimable bool            `json:"cl,omitempty"`
+	Task      json.RawMessage `json:"t,omitempty"`
+}
+
+// Publish hands ev to the local hub and queues its notification.
+func (n *Notifier) Publish(ev domain.Event) {
+	n.hub.Publish(ev)
+	m := message{
+		Host: ev.Task.Host, Queue: ev.Task.Queue, ID: ev.Task.ID, Kind: string(ev.Kind),
+		At: ev.At, Worker: ev.Worker, Cause: ev.Cause, Claimable: ev.Task.Claimable(ev.At),
+		Task: domain.EncodeTask(ev.Task),
+	}
+	n.enqueue(m)
+}
+
+// Wake wakes n local claims waiting on q, and n on every other server.
+func (n *Notifier) Wake(q domain.QueueRef, k int) {
+	n.hub.Wake(q, k)
+	if k > 0 {
+		n.enqueue(message{Host: q.Host, Queue: q.Queue, Wake: k})
+	}
+}
+
+// Await waits in the local hub's line: wakes from other servers arrive
+// through it.
+func (n *Notifier) Await(ctx context.Context, q domain.QueueRef, try func() (bool, error)) error {
+	return n.hub.Await(ctx, q, try)
+}
+
+// Subscribe subscribes on the local hub, counting the task's watchers so
+// that a notification without its record is read from the store only when
+// someone here watches.
+func (n *Notifier) Subscribe(k domain.Key, buffer int) ports.Subscription {
+	c, _ := n.watched.LoadOrStore(k, new(atomic.Int64))
+	count := c.(*atomic.Int64)
+	count.Add(1)
+	return &subscription{Subscription: n.hub.Subscribe(k, buffer), count: count}
+}
+
+type subscription struct {
+	ports.Subscription
+	once  sync.Once
+	count *atomic.Int64
+}
+
+func (s *subscription) Close() {
+	s.once.Do(func() { s.count.Add(-1) })
+	s.Subscription.Close()
+}
+
+func (n *Notifier) watchedHere(k domain.Key) bool {
+	c, ok := n.watched.Load(k)
+	return ok && c.(*atomic.Int64).Load() > 0
+}
+
+// enqueue encodes m (without its record if that is too long) and queues it.
+func (n *Notifier) enqueue(m message) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.seq++
+	m.Server, m.Seq = n.id, n.seq
+	b, err := json.Marshal(m)
+	if err == nil && len(b) > MaxPayload {
+		m.Task = nil
+		b, err = json.Marshal(m)
+	}
+	if err != nil {
+		n.logger.Error("encode notification", zap.Error(err))
+		return
+	}
+	if len(n.queued) >= maxQueued {
+		n.queued = n.queued[1:]
+	}
+	n.queued = append(n.queued, b)
+	select {
+	case n.more <- struct{}{}:
+	default:
+	}
+}
+
+// send sends the queued notifications, in order, until ctx ends.
+func (n *Notifier) send(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.more:
+		}
+		for {
+			n.mu.Lock()
+			batch := n.queued
+			n.queued = nil
+			n.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			payloads := make([]string, len(batch))
+			for i, b := range batch {
+				payloads[i] = string(b)
+			}
+			for attempt := 0; ; attempt++ {
+				_, err := n.pool.Exec(ctx, "SELECT pg_notify($1, p) FROM unnest($2::text[]) WITH ORDINALITY AS u(p, i) ORDER BY i", Channel, payloads)
+				if err == nil {
+					break
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				if attempt == 0 {
+					n.logger.Warn("send notifications", zap.Int("count", len(payloads)), zap.Error(err))
+				}
+				if !sleep(ctx, backoff(attempt)) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// listen LISTENs on a connection of its own and turns other servers'
+// notifications into local ones, reconnecting when the connection drops.
+func (n *Notifier) listen(ctx context.Context) {
+	for attempt := 0; ; attempt++ {
+		listened, err := n.listenOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if listened {
+			attempt = 0 // it had worked: start the backoff over
+		}
+		if attempt == 0 {
+			n.logger.Warn("notification listener lost its connection; reconnecting", zap.Error(err))
+		}
+		if !sleep(ctx, backoff(attempt)) {
+			return
+		}
+	}
+}
+
+// listenOnce connects, LISTENs and receives until the connection fails;
+// listened says whether it got as far as LISTEN.
+func (n *Notifier) listenOnce(ctx context.Context) (listened bool, err error) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	conn, err := pgx.Connect(cctx, n.url)
+	cancel()
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
+		return false, err
+	}
+	n.pid.Store(conn.PgConn().PID())
+	if n.listens.Add(1) == 1 {
+		close(n.listened)
+	} else {
+		// Notifications sent while no connection listened are lost: every
+		// local claim looks again, every local watcher starts over.
+		n.hub.Interrupt()
+	}
+	for {
+		note, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return true, err
+		}
+		n.receive(ctx, []byte(note.Payload))
+	}
+}
+
+// receive turns another server's notification into a local one.
+func (n *Notifier) receive(ctx context.Context, payload []byte) {
+	var m message
+	if err := json.Unmarshal(payload, &m); err != nil {
+		n.logger.Warn("notification not understood", zap.Error(err))
+		return
+	}
+	if m.Server == n.id {
+		return
+	}
+	q := domain.QueueRef{Host: m.Host, Queue: m.Queue}
+	if m.Kind == "" {
+		n.hub.Wake(q, m.Wake)
+		return
+	}
+	ev := domain.Event{Kind: domain.EventKind(m.Kind), At: m.At, Worker: m.Worker, Cause: m.Cause}
+	if m.Task != nil {
+		t, err := domain.DecodeTask(m.Task)
+		if err != nil {
+			n.logger.Warn("notification with a bad record", zap.String("id", m.ID), zap.Error(err))
+			return
+		}
+		ev.Task = t
+		n.hub.Publish(ev)
+		return
+	}
+	// Too large to carry the record: wake a claim, and read the record
+	// only for watchers here.
+	k := domain.Key{Host: m.Host, Queue: m.Queue, ID: m.ID}
+	if n.get == nil || !n.watchedHere(k) {
+		if m.Claimable {
+			n.hub.Wake(q, 1)
+		}
+		return
+	}
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	t, err := n.get.Get(gctx, k)
+	cancel()
+	if err != nil {
+		n.logger.Warn("read a task for its watchers", zap.String("id", m.ID), zap.Error(err))
+		if m.Claimable {
+			n.hub.Wake(q, 1)
+		}
+		return
+	}
+	ev.Task = t
+	if m.Claimable && !t.Claimable(ev.At) {
+		n.hub.Wake(q, 1) // the record read is a later one; the wake was due
+	}
+	n.hub.Publish(ev)
+}
+
+// ListenerPID is the backend pid of the listener's connection (0 before
+// the first LISTEN), for tests that cut it.
+func (n *Notifier) ListenerPID() uint32 { return n.pid.Load() }
+
+// Listens is how many times the listener has LISTENed: 1 after Start, one
+// more per reconnect.
+func (n *Notifier) Listens() int64 { return n.listens.Load() }
+
+// backoff is the wait before attempt+1: 50 ms doubling to 2 s.
+func backoff(attempt int) time.Duration {
+	d := 50 * time.Millisecond << min(attempt, 6)
+	return min(d, 2*time.Second)
+}
+
+// sleep waits d, or until ctx ends (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
