@@ -111,17 +111,24 @@ func TestClockAfterFunc(t *testing.T) {
 	local := newSkewed(0)
 	c := openClock(t, s, postgres.ClockOptions{Local: local.now, Every: time.Hour})
 
-	fired := make(chan time.Time, 1)
-	start := time.Now()
-	c.AfterFunc(100*time.Millisecond, func() { fired <- time.Now() })
-	select {
-	case at := <-fired:
-		if at.Sub(start) < 100*time.Millisecond {
-			t.Errorf("fired after %v, want 100 ms", at.Sub(start))
+	// fires sets an AfterFunc of d, moves the local clock by move, and
+	// checks that f runs, and not before atLeast has passed.
+	fires := func(d, move, atLeast time.Duration) {
+		t.Helper()
+		fired := make(chan time.Time, 1)
+		start := time.Now()
+		c.AfterFunc(d, func() { fired <- time.Now() })
+		local.set(move)
+		select {
+		case at := <-fired:
+			if at.Sub(start) < atLeast {
+				t.Errorf("AfterFunc(%v) with the clock moved by %v fired after %v, want %v", d, move, at.Sub(start), atLeast)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("AfterFunc(%v) with the clock moved by %v did not fire", d, move)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("AfterFunc did not fire")
 	}
+	fires(100*time.Millisecond, 0, 100*time.Millisecond)
 
 	var calls atomic.Int32
 	stop := c.AfterFunc(50*time.Millisecond, func() { calls.Add(1) })
@@ -136,17 +143,7 @@ func TestClockAfterFunc(t *testing.T) {
 		t.Error("a stopped AfterFunc fired")
 	}
 
-	start = time.Now()
-	c.AfterFunc(200*time.Millisecond, func() { fired <- time.Now() })
-	local.set(-300 * time.Millisecond) // the clock moves back 300 ms
-	select {
-	case at := <-fired:
-		if at.Sub(start) < 450*time.Millisecond {
-			t.Errorf("fired after %v, want 200 ms on a clock that went back 300 ms", at.Sub(start))
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("AfterFunc did not fire after the clock moved back")
-	}
+	fires(200*time.Millisecond, -300*time.Millisecond, 450*time.Millisecond) // the clock moves back 300 ms
 }
 
 // Close stops the measurements and is safe to call twice; Now carries on
