@@ -191,6 +191,8 @@ type Subscription interface {
 }
 
 // Clock tells the time. The domain never reads it; app passes now in.
+// Servers that share a database share its clock (postgres.Clock), so that
+// leases, delays, timeouts and retention are judged alike on every one.
 type Clock interface {
 	Now() time.Time
 }

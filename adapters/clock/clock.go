@@ -1,8 +1,12 @@
-// Package clock tells the time: the system's, or a fake one that tests set
-// and advance by hand.
+// Package clock tells the time: the system's, the system's shifted (a
+// skewed machine, for tests), or a fake one that tests set and advance by
+// hand. The database's clock, which servers sharing a PostgreSQL database
+// judge time by, is postgres.Clock.
 package clock
 
 import (
+	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -98,4 +102,38 @@ func (f *Fake) ring() {
 	for _, fn := range due {
 		go fn()
 	}
+}
+
+// SkewEnv, when set to a duration ("30s", "-1m"), shifts the clock a
+// server believes it has by that much (Shifted): a test hook, so that an
+// end-to-end test can run one server with a skewed clock. It is read only
+// by `taskhoster serve`, only when set, and is not for production use.
+const SkewEnv = "TASKHOSTER_TEST_CLOCK_SKEW"
+
+// SkewFromEnv returns the shift SkewEnv asks for (0 when it is unset).
+func SkewFromEnv() (time.Duration, error) {
+	v := os.Getenv(SkewEnv)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", SkewEnv, err)
+	}
+	return d, nil
+}
+
+var _ ports.Clock = Shifted{}
+
+// Shifted is the machine's clock moved By on: a machine whose clock is
+// skewed, for tests. Its timers are the system's (a duration is the same
+// on both).
+type Shifted struct{ By time.Duration }
+
+// Now returns the machine's time plus By.
+func (s Shifted) Now() time.Time { return time.Now().Add(s.By) }
+
+// AfterFunc calls f in its own goroutine once d has passed.
+func (Shifted) AfterFunc(d time.Duration, f func()) (stop func() bool) {
+	return time.AfterFunc(d, f).Stop
 }

@@ -133,7 +133,7 @@ func Options(cfg Config, logger *zap.Logger) fx.Option {
 		// New or Start, and the command prints its cause (Cause) once.
 		fx.WithLogger(func() fxevent.Logger { return fxevent.NopLogger }),
 		fx.StopTimeout(cfg.ShutdownGrace+20*time.Second),
-		ClockModule, storeModules(cfg), NotifyModule,
+		clockModule(cfg), storeModules(cfg), NotifyModule,
 		ConfigModule, SchemaModule, MetricsModule, ServiceModule, SweepModule,
 		WSModule, HTTPModule, AdminModule,
 	)
@@ -150,9 +150,48 @@ func storeModules(cfg Config) fx.Option {
 	return fx.Options(DurableModule, StoreModule, EventLogModule)
 }
 
-// ClockModule provides the system clock.
+// clockModule is the clock the rules judge time by: on PostgreSQL the
+// database's, so that servers sharing it agree however their own clocks
+// are set; on files the system's.
+func clockModule(cfg Config) fx.Option {
+	if cfg.Store == "postgres" {
+		return PostgresClockModule
+	}
+	return ClockModule
+}
+
+// ClockModule provides the system clock (shifted by the test-only
+// TASKHOSTER_TEST_CLOCK_SKEW when it is set: clock.SkewEnv).
 var ClockModule = fx.Module("clock",
-	fx.Provide(fx.Annotate(func() clock.System { return clock.System{} }, fx.As(new(ports.Clock)))),
+	fx.Provide(func() (ports.Clock, error) {
+		skew, err := clock.SkewFromEnv()
+		if skew == 0 || err != nil {
+			return clock.System{}, err
+		}
+		return clock.Shifted{By: skew}, nil
+	}),
+)
+
+// PostgresClockModule provides the database's clock (postgres.Clock): the
+// local clock (shifted by TASKHOSTER_TEST_CLOCK_SKEW, a test hook) plus
+// its offset from the database's, measured at start and every 5 s.
+var PostgresClockModule = fx.Module("pgclock",
+	fx.Provide(func(lc fx.Lifecycle, s *postgres.Store, logger *zap.Logger) (ports.Clock, error) {
+		skew, err := clock.SkewFromEnv()
+		if err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := s.Clock(ctx, postgres.ClockOptions{Local: clock.Shifted{By: skew}.Now, Logger: logger.Named("pgclock")})
+		if err != nil {
+			return nil, err
+		}
+		offset, bound := c.Offset()
+		logger.Info("judging time by the database's clock", zap.Duration("offset", offset), zap.Duration("error", bound))
+		lc.Append(fx.StopHook(c.Close))
+		return c, nil
+	}),
 )
 
 // DurableModule provides the durability adapter, ports.Syncer. Under
