@@ -32,12 +32,12 @@
 // its ticket only after the earlier one committed). Get and ByKey on this
 // Store wait for a task's Then that is still running, so a Get sees a
 // change only once its Then has returned, as the contract asks. That holds
-// within one server; across servers (a Get on another server) it is the
-// job of the Notifier on PostgreSQL, a later step of issue 14.
+// within one server; across servers, adapters/pgnotify carries the news
+// after the COMMIT (a watch on another server may see a change twice).
 //
-// Clocks. now comes from the caller (the server's clock), as with every
-// store; judging leases, delays and retention by the database's clock, so
-// that servers with skewed clocks agree, is a later step of issue 14. What
+// Clocks. now comes from the caller, as with every store; a server on
+// PostgreSQL is given Clock (clock.go), the database's time, so that
+// servers with skewed clocks judge leases, delays and retention alike. What
 // Due and Counts.Delayed count relative to ("the latest now a claim or Due
 // was given") is kept per Store, in memory: it tells this server's waiting
 // claims what became claimable.
