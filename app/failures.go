@@ -59,12 +59,15 @@ func invalidRequest(format string, args ...any) error {
 
 // Heartbeat extends the lease of the worker holding task id, without a
 // progress record and without an event. Anyone else is told accepted false.
-func (s *Service) Heartbeat(ctx context.Context, q *domain.Queue, id, worker string) (Outcome, error) {
+func (s *Service) Heartbeat(ctx context.Context, q *domain.Queue, id string, h domain.Holder) (Outcome, error) {
 	if !domain.ValidID(id) {
 		return Outcome{}, domain.ErrNotFound
 	}
 	t, err := s.repo.Update(ctx, key(q, id), func(t *domain.Task) error {
-		next, err := t.Heartbeat(worker, q.Settings.Lease(), s.clock.Now())
+		if err := t.HeldBy(h); err != nil {
+			return err
+		}
+		next, err := t.Heartbeat(h.Worker, q.Settings.Lease(), s.clock.Now())
 		*t = next
 		return err
 	}, nil)
@@ -83,7 +86,7 @@ func (s *Service) Heartbeat(ctx context.Context, q *domain.Queue, id, worker str
 // reason, if given, must match the queue's failure schema. A give-back that
 // ends the task is durable before it is answered; one that re-queues it
 // needs no flush, as a lease lapse would have re-queued it anyway.
-func (s *Service) Release(ctx context.Context, q *domain.Queue, id, worker string, delay time.Duration, reason []byte) (Outcome, error) {
+func (s *Service) Release(ctx context.Context, q *domain.Queue, id string, h domain.Holder, delay time.Duration, reason []byte) (Outcome, error) {
 	why, err := s.reason(q, reason)
 	if err != nil {
 		return Outcome{}, err
@@ -92,7 +95,10 @@ func (s *Service) Release(ctx context.Context, q *domain.Queue, id, worker strin
 		return Outcome{}, invalidRequest("delay must be a number of seconds from 0 to %d", domain.MaxDelaySeconds)
 	}
 	t, err := s.transition(ctx, q, id, func(t domain.Task, now time.Time) (domain.Task, domain.Event, error) {
-		return t.Release(worker, delay, why, s.retry(q), now)
+		if err := t.HeldBy(h); err != nil {
+			return t, domain.Event{}, err
+		}
+		return t.Release(h.Worker, delay, why, s.retry(q), now)
 	})
 	return s.settle(ctx, q, id, "release", t, err)
 }

@@ -96,15 +96,15 @@ func TestReleaseFailAndHeartbeat(t *testing.T) {
 		t.Errorf("a claim on a queue with maxAttempts flushed %d times in all, want post + claim = 2", f.sync.count())
 	}
 
-	hb, err := f.svc.Heartbeat(ctx, f.q, task.ID, "w")
+	hb, err := f.svc.Heartbeat(ctx, f.q, task.ID, domain.Holder{Worker: "w"})
 	if err != nil || !hb.Accepted || hb.Lease == nil {
 		t.Fatalf("heartbeat = %+v, %v", hb, err)
 	}
-	if out, _ := f.svc.Heartbeat(ctx, f.q, task.ID, "other"); out.Accepted || out.Status != domain.Processing {
+	if out, _ := f.svc.Heartbeat(ctx, f.q, task.ID, domain.Holder{Worker: "other"}); out.Accepted || out.Status != domain.Processing {
 		t.Errorf("another worker's heartbeat = %+v", out)
 	}
 
-	out, err := f.svc.Release(ctx, f.q, task.ID, "w", 0, []byte(`{"why":"busy"}`))
+	out, err := f.svc.Release(ctx, f.q, task.ID, domain.Holder{Worker: "w"}, 0, []byte(`{"why":"busy"}`))
 	if err != nil || !out.Accepted || out.Status != domain.Pending {
 		t.Fatalf("release = %+v, %v", out, err)
 	}
@@ -114,7 +114,7 @@ func TestReleaseFailAndHeartbeat(t *testing.T) {
 	}
 	f.clock.Advance(10 * time.Second)
 	f.claim(t, "w")
-	out, err = f.svc.Release(ctx, f.q, task.ID, "w", 0, nil)
+	out, err = f.svc.Release(ctx, f.q, task.ID, domain.Holder{Worker: "w"}, 0, nil)
 	if err != nil || !out.Accepted || out.Status != domain.Failed {
 		t.Fatalf("the last release = %+v, %v; want a dead letter", out, err)
 	}
@@ -150,7 +150,7 @@ func TestAFailureReasonIsCheckedAgainstItsSchema(t *testing.T) {
 	f.claim(t, "w")
 	for name, call := range map[string]func() (app.Outcome, error){
 		"release": func() (app.Outcome, error) {
-			return f.svc.Release(context.Background(), f.q, task.ID, "w", 0, []byte(`{"nope":1}`))
+			return f.svc.Release(context.Background(), f.q, task.ID, domain.Holder{Worker: "w"}, 0, []byte(`{"nope":1}`))
 		},
 		"fail": func() (app.Outcome, error) {
 			return f.svc.Fail(context.Background(), f.q, task.ID, "w", []byte(`"text"`))

@@ -117,7 +117,7 @@ func (w *world) claim(worker string) domain.Task {
 func (w *world) progress(id, worker string) {
 	w.t.Helper()
 	w.step()
-	if out, err := w.svc.Progress(w.ctx, w.q, id, worker, []byte(`{"done": 0.5}`)); err != nil || !out.Accepted {
+	if out, err := w.svc.Progress(w.ctx, w.q, id, domain.Holder{Worker: worker}, []byte(`{"done": 0.5}`)); err != nil || !out.Accepted {
 		w.t.Fatalf("progress: %+v %v", out, err)
 	}
 }
@@ -141,7 +141,7 @@ func (w *world) release(id, worker, why string) {
 	if why != "" {
 		raw = []byte(why)
 	}
-	if out, err := w.svc.Release(w.ctx, w.q, id, worker, 0, raw); err != nil || !out.Accepted {
+	if out, err := w.svc.Release(w.ctx, w.q, id, domain.Holder{Worker: worker}, 0, raw); err != nil || !out.Accepted {
 		w.t.Fatalf("release: %+v %v", out, err)
 	}
 	if raw != nil {

@@ -294,17 +294,17 @@ func TestProgressOnlyFromLeaseHolder(t *testing.T) {
 	f := newFixture(t, domain.DefaultSettings())
 	ctx := context.Background()
 	task := f.post(t, `{"url":"a"}`)
-	out, _ := f.svc.Progress(ctx, f.q, task.ID, "w", []byte(`1`))
+	out, _ := f.svc.Progress(ctx, f.q, task.ID, domain.Holder{Worker: "w"}, []byte(`1`))
 	if out.Accepted || out.Status != domain.Pending {
 		t.Errorf("progress on pending: %+v", out)
 	}
 	claimed := f.claim(t, "w")
 	f.clock.Advance(30 * time.Second)
-	out, _ = f.svc.Progress(ctx, f.q, task.ID, "other", []byte(`1`))
+	out, _ = f.svc.Progress(ctx, f.q, task.ID, domain.Holder{Worker: "other"}, []byte(`1`))
 	if out.Accepted {
 		t.Errorf("progress from another worker accepted")
 	}
-	out, _ = f.svc.Progress(ctx, f.q, task.ID, "w", []byte(`{"percent":40}`))
+	out, _ = f.svc.Progress(ctx, f.q, task.ID, domain.Holder{Worker: "w"}, []byte(`{"percent":40}`))
 	if !out.Accepted || out.Lease.Until != claimed.Lease.Until+30_000 {
 		t.Errorf("holder's progress: %+v (claimed until %d)", out, claimed.Lease.Until)
 	}
@@ -485,7 +485,7 @@ func TestEventsInStoreOrder(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := f.svc.Progress(ctx, f.q, task.ID, "w", []byte(strconv.Itoa(i))); err != nil {
+			if _, err := f.svc.Progress(ctx, f.q, task.ID, domain.Holder{Worker: "w"}, []byte(strconv.Itoa(i))); err != nil {
 				t.Error(err)
 			}
 		}()

@@ -204,15 +204,18 @@ type Outcome struct {
 	Lease    *domain.Lease
 }
 
-// Progress stores a progress record from the worker holding the lease and
-// extends its lease. Anyone else is told accepted false.
-func (s *Service) Progress(ctx context.Context, q *domain.Queue, id, worker string, progress []byte) (Outcome, error) {
+// Progress stores a progress record from the worker holding the lease (in
+// the attempt it names, if any) and extends its lease. Anyone else is told accepted false.
+func (s *Service) Progress(ctx context.Context, q *domain.Queue, id string, h domain.Holder, progress []byte) (Outcome, error) {
 	progress, err := payload(q, q.Progress, progress, domain.CodeInvalidProgress)
 	if err != nil {
 		return Outcome{}, err
 	}
 	t, err := s.transition(ctx, q, id, func(t domain.Task, now time.Time) (domain.Task, domain.Event, error) {
-		return t.ReportProgress(worker, progress, q.Settings.Lease(), now)
+		if err := t.HeldBy(h); err != nil {
+			return t, domain.Event{}, err
+		}
+		return t.ReportProgress(h.Worker, progress, q.Settings.Lease(), now)
 	})
 	if isStateConflict(err) {
 		return Outcome{Status: t.Status}, nil

@@ -25,7 +25,7 @@ func TestWatchSeesEveryLaterChangeOnce(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			for n := range reports {
-				if _, err := f.svc.Progress(ctx, f.q, posted.ID, "w", fmt.Appendf(nil, `{"n":%d}`, n)); err != nil {
+				if _, err := f.svc.Progress(ctx, f.q, posted.ID, domain.Holder{Worker: "w"}, fmt.Appendf(nil, `{"n":%d}`, n)); err != nil {
 					done <- err
 					return
 				}
@@ -92,7 +92,7 @@ func TestWatchLost(t *testing.T) {
 	}
 	defer w.Close()
 	for n := range 3 {
-		if _, err := f.svc.Progress(context.Background(), f.q, posted.ID, "w", fmt.Appendf(nil, `{"n":%d}`, n)); err != nil {
+		if _, err := f.svc.Progress(context.Background(), f.q, posted.ID, domain.Holder{Worker: "w"}, fmt.Appendf(nil, `{"n":%d}`, n)); err != nil {
 			t.Fatal(err)
 		}
 	}

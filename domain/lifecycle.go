@@ -107,6 +107,30 @@ func (t Task) Claim(worker string, lease time.Duration, now time.Time) (Task, Ev
 	return t, Event{Kind: EventClaimed, At: now, Worker: worker, Task: t}, nil
 }
 
+// Holder names who reports on a processing task: its worker, and the
+// attempt (the claim's attempts) it holds, 0 when the caller does not say.
+// A worker's name alone cannot tell a stale holder from a newer claim by
+// the same name (its lease lapsed, it claimed the task again, and the old
+// claim's report arrives late); the attempt can.
+type Holder struct {
+	Worker  string
+	Attempt int
+}
+
+// HeldBy reports whether h holds t's lease: t is processing, leased to
+// h.Worker and, if h names an attempt, in that attempt.
+func (t Task) HeldBy(h Holder) error {
+	switch {
+	case t.Status != Processing:
+		return ErrNotProcessing
+	case t.Lease == nil || t.Lease.Worker != h.Worker:
+		return ErrNotLeaseHolder
+	case h.Attempt != 0 && h.Attempt != t.Attempts:
+		return ErrNotLeaseHolder
+	}
+	return nil
+}
+
 // ReportProgress stores worker's progress record and extends its lease. Only the
 // worker holding the lease of a processing task may report progress.
 func (t Task) ReportProgress(worker string, progress json.RawMessage, lease time.Duration, now time.Time) (Task, Event, error) {

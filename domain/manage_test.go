@@ -90,3 +90,24 @@ func TestIdempotencyKeys(t *testing.T) {
 		t.Error("a change of the idempotency key was let through")
 	}
 }
+
+func TestHeldBy(t *testing.T) {
+	task := mustClaim(t, mustPost(t), "box-1", at(time.Second)) // attempt 1
+	cases := []struct {
+		h    Holder
+		want error
+	}{
+		{Holder{Worker: "box-1"}, nil},
+		{Holder{Worker: "box-1", Attempt: 1}, nil},
+		{Holder{Worker: "box-1", Attempt: 2}, ErrNotLeaseHolder},
+		{Holder{Worker: "box-2", Attempt: 1}, ErrNotLeaseHolder},
+	}
+	for _, c := range cases {
+		if err := task.HeldBy(c.h); !errors.Is(err, c.want) && !(err == nil && c.want == nil) {
+			t.Errorf("HeldBy(%+v) = %v, want %v", c.h, err, c.want)
+		}
+	}
+	if err := mustPost(t).HeldBy(Holder{Worker: "box-1"}); !errors.Is(err, ErrNotProcessing) {
+		t.Errorf("HeldBy of a pending task = %v", err)
+	}
+}

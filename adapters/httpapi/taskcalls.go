@@ -20,6 +20,18 @@ type taskRequest struct {
 	Result   json.RawMessage `json:"result"`
 	Delay    *float64        `json:"delay"`
 	Reason   json.RawMessage `json:"reason"`
+	// Attempt, when given, is the claim's attempts the caller holds: a
+	// report of an older claim by the same worker is then refused.
+	Attempt *int `json:"attempt"`
+}
+
+// holder is who req says reports: worker, in req's attempt if it names one.
+func (req taskRequest) holder(worker string) domain.Holder {
+	h := domain.Holder{Worker: worker}
+	if req.Attempt != nil {
+		h.Attempt = *req.Attempt
+	}
+	return h
 }
 
 // taskCall is one of those calls: its name (the last path segment) and the
@@ -34,7 +46,7 @@ var (
 		if req.Progress == nil {
 			return app.Outcome{}, missingField("progress")
 		}
-		return svc.Progress(ctx, q, id, worker, req.Progress)
+		return svc.Progress(ctx, q, id, req.holder(worker), req.Progress)
 	}}
 	resultCall = taskCall{"result", func(svc *app.Service, ctx context.Context, q *domain.Queue, id, worker string, req taskRequest) (app.Outcome, error) {
 		if req.Result == nil {
@@ -42,15 +54,15 @@ var (
 		}
 		return svc.Result(ctx, q, id, worker, req.Result)
 	}}
-	heartbeatCall = taskCall{"heartbeat", func(svc *app.Service, ctx context.Context, q *domain.Queue, id, worker string, _ taskRequest) (app.Outcome, error) {
-		return svc.Heartbeat(ctx, q, id, worker)
+	heartbeatCall = taskCall{"heartbeat", func(svc *app.Service, ctx context.Context, q *domain.Queue, id, worker string, req taskRequest) (app.Outcome, error) {
+		return svc.Heartbeat(ctx, q, id, req.holder(worker))
 	}}
 	releaseCall = taskCall{"release", func(svc *app.Service, ctx context.Context, q *domain.Queue, id, worker string, req taskRequest) (app.Outcome, error) {
 		delay, err := seconds("delay", req.Delay, domain.MaxDelaySeconds)
 		if err != nil {
 			return app.Outcome{}, err
 		}
-		return svc.Release(ctx, q, id, worker, delay, req.Reason)
+		return svc.Release(ctx, q, id, req.holder(worker), delay, req.Reason)
 	}}
 	failCall = taskCall{"fail", func(svc *app.Service, ctx context.Context, q *domain.Queue, id, worker string, req taskRequest) (app.Outcome, error) {
 		return svc.Fail(ctx, q, id, worker, req.Reason)

@@ -50,9 +50,11 @@ func TestStaleHolderOfAnotherNameIsRefused(t *testing.T) {
 	ctx := context.Background()
 	a := nodes[0].svc
 	for what, call := range map[string]func() (app.Outcome, error){
-		"progress":  func() (app.Outcome, error) { return a.Progress(ctx, q, task.ID, "box-1", []byte(`{"percent":50}`)) },
-		"heartbeat": func() (app.Outcome, error) { return a.Heartbeat(ctx, q, task.ID, "box-1") },
-		"release":   func() (app.Outcome, error) { return a.Release(ctx, q, task.ID, "box-1", 0, nil) },
+		"progress": func() (app.Outcome, error) {
+			return a.Progress(ctx, q, task.ID, domain.Holder{Worker: "box-1"}, []byte(`{"percent":50}`))
+		},
+		"heartbeat": func() (app.Outcome, error) { return a.Heartbeat(ctx, q, task.ID, domain.Holder{Worker: "box-1"}) },
+		"release":   func() (app.Outcome, error) { return a.Release(ctx, q, task.ID, domain.Holder{Worker: "box-1"}, 0, nil) },
 	} {
 		if out, err := call(); err != nil || out.Accepted {
 			t.Errorf("stale %s from box-1 under box-2's attempt: %+v, %v; want refused", what, out, err)
@@ -67,23 +69,21 @@ func TestStaleHolderOfAnotherNameIsRefused(t *testing.T) {
 // A holder whose lease lapsed, under the same worker name as the task's
 // new holder (a worker that restarted, or two processes given one name),
 // must not report progress, heartbeat or give the task back on the newer
-// attempt either. It can: the domain compares only the lease's worker, and
-// progress, heartbeat and release carry no attempt, over HTTP or the
-// socket, so nothing tells the stale holder from the current one.
+// attempt either: its reports name the attempt it holds (a worker socket
+// names it itself; over HTTP the body's "attempt"), which is no longer the
+// task's.
 func TestStaleAttemptOfTheSameWorkerIsRefused(t *testing.T) {
-	t.Skip("needs an attempt token in the API: progress, heartbeat and release name only the worker " +
-		"(app.Service.Progress/Heartbeat/Release, domain.Task.ReportProgress/Heartbeat/Release compare Lease.Worker), " +
-		"so a stale holder of attempt 1 with the same worker name extends, overwrites or gives back attempt 2")
 	nodes, q, task := staleHolder(t, "box-1", "box-1")
 	ctx := context.Background()
 	a := nodes[0].svc
-	if out, err := a.Progress(ctx, q, task.ID, "box-1", []byte(`{"percent":50}`)); err != nil || out.Accepted {
+	stale := domain.Holder{Worker: "box-1", Attempt: 1}
+	if out, err := a.Progress(ctx, q, task.ID, stale, []byte(`{"percent":50}`)); err != nil || out.Accepted {
 		t.Errorf("stale progress from attempt 1: %+v, %v; want refused", out, err)
 	}
-	if out, err := a.Heartbeat(ctx, q, task.ID, "box-1"); err != nil || out.Accepted {
+	if out, err := a.Heartbeat(ctx, q, task.ID, stale); err != nil || out.Accepted {
 		t.Errorf("stale heartbeat from attempt 1: %+v, %v; want refused", out, err)
 	}
-	if out, err := a.Release(ctx, q, task.ID, "box-1", 0, nil); err != nil || out.Accepted {
+	if out, err := a.Release(ctx, q, task.ID, stale, 0, nil); err != nil || out.Accepted {
 		t.Errorf("stale release from attempt 1: %+v, %v; want refused", out, err)
 	}
 	got, err := nodes[1].store.Get(ctx, domain.KeyOf(task))

@@ -325,7 +325,14 @@ func (w *worker) apply(m message) {
 	w.mu.Lock()
 	h, wasHeld := w.held[m.ID]
 	w.mu.Unlock()
-	out, err := w.call(ctx, m)
+	// A report on a task this socket holds names the attempt it holds, so
+	// a late report of an older claim by this worker cannot touch a newer
+	// one.
+	holder := domain.Holder{Worker: w.name}
+	if wasHeld {
+		holder.Attempt = h.attempts
+	}
+	out, err := w.call(ctx, m, holder)
 	if err != nil {
 		w.fail(m.Ref, err)
 		return
@@ -345,20 +352,20 @@ func (w *worker) apply(m message) {
 }
 
 // call runs the use case of one report; report has checked its fields.
-func (w *worker) call(ctx context.Context, m message) (app.Outcome, error) {
+func (w *worker) call(ctx context.Context, m message, holder domain.Holder) (app.Outcome, error) {
 	switch m.Type {
 	case "progress":
-		return w.s.svc.Progress(ctx, w.q, m.ID, w.name, m.Progress)
+		return w.s.svc.Progress(ctx, w.q, m.ID, holder, m.Progress)
 	case "result":
 		return w.s.svc.Result(ctx, w.q, m.ID, w.name, m.Result)
 	case "heartbeat":
-		return w.s.svc.Heartbeat(ctx, w.q, m.ID, w.name)
+		return w.s.svc.Heartbeat(ctx, w.q, m.ID, holder)
 	case "release":
 		var delay time.Duration
 		if m.Delay != nil {
 			delay = time.Duration(*m.Delay * float64(time.Second))
 		}
-		return w.s.svc.Release(ctx, w.q, m.ID, w.name, delay, m.Reason)
+		return w.s.svc.Release(ctx, w.q, m.ID, holder, delay, m.Reason)
 	default: // "fail"
 		return w.s.svc.Fail(ctx, w.q, m.ID, w.name, m.Reason)
 	}
