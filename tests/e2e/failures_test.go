@@ -496,3 +496,39 @@ func TestSocketHeartbeatReleaseFail(t *testing.T) {
 		t.Errorf("events of the released task (-want +got):\n%s", diff)
 	}
 }
+
+// A report that names an older attempt of the same worker is refused: the
+// worker's lease lapsed and it claimed the task again, and its late report
+// of the first claim must not touch the second.
+func TestStaleAttemptIsRefused(t *testing.T) {
+	t.Parallel()
+	s := start(t, newDirs(t))
+	id := s.post("public", "", `{"n":1}`)
+	claim := func() float64 {
+		t.Helper()
+		r := s.do("POST", "/public/claim", "", `{"worker":"w","wait":5}`)
+		if r.Status != 200 || r.JSON(t)["id"] != id {
+			t.Fatalf("claim: %d %s", r.Status, r.Body)
+		}
+		return r.JSON(t)["attempts"].(float64)
+	}
+	if a := claim(); a != 1 {
+		t.Fatalf("first claim's attempts = %v", a)
+	}
+	// The lease (1 s) lapses; the sweep puts the task back; w claims again.
+	if a := claim(); a != 2 {
+		t.Fatalf("second claim's attempts = %v", a)
+	}
+	for _, c := range []struct {
+		attempt  int
+		accepted bool
+	}{{1, false}, {2, true}} {
+		for _, call := range []string{"progress", "heartbeat"} {
+			body := fmt.Sprintf(`{"worker":"w","attempt":%d,"progress":{"n":%d}}`, c.attempt, c.attempt)
+			r := s.do("POST", "/public/"+id+"/"+call, "", body)
+			if r.Status != 200 || r.JSON(t)["accepted"] != c.accepted {
+				t.Errorf("%s naming attempt %d: %d %s, want accepted %v", call, c.attempt, r.Status, r.Body, c.accepted)
+			}
+		}
+	}
+}
