@@ -17,6 +17,10 @@
 #   BENCH_COMMIT the source BENCH_BIN was built from (default: git describe now)
 #   BENCH_IMAGE  0 skips the journaled image; BENCH_OWN=0 skips the own disc
 #   FSFLOOR_SRC  the fsfloor sources (default ../shared/tools/fsfloor)
+#   BENCH_RIVER  1 (with --peers) adds River on PostgreSQL: bench/river (a module
+#                of its own, fetched through the Go module proxy) is built, and a
+#                throwaway PostgreSQL cluster (fsync and synchronous_commit on, as
+#                shipped) is started in a folder on each disc and removed after it
 set -euo pipefail
 
 peers=0
@@ -44,8 +48,42 @@ tmpfs | ramfs | overlay)
 esac
 
 tmp=$(mktemp -d)
-img="" mnt=""
+img="" mnt="" pgdir=""
+# stop_pg stops the throwaway cluster started by start_pg and removes it.
+stop_pg() {
+	if [ -n "$pgdir" ]; then
+		su postgres -s /bin/sh -c "$pgbin/pg_ctl -D '$pgdir/data' -m fast -w stop" >/dev/null 2>&1 ||
+			"$pgbin/pg_ctl" -D "$pgdir/data" -m fast -w stop >/dev/null 2>&1 || true
+		rm -rf "$pgdir"
+		pgdir=""
+	fi
+}
+# start_pg DIR starts a throwaway cluster in DIR/pg (on the disc under test;
+# PostgreSQL's defaults, so fsync and synchronous_commit are on) on a free
+# loopback port and sets pg_url.
+start_pg() {
+	pgdir="$1/pg"
+	rm -rf "$pgdir"
+	mkdir -p "$pgdir"
+	local as=(sh -c)
+	if [ "$(id -u)" = 0 ]; then
+		chown postgres "$pgdir"
+		as=(su postgres -s /bin/sh -c)
+	fi
+	local port
+	port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+	"${as[@]}" "$pgbin/initdb -D '$pgdir/data' -U postgres --auth=trust -E UTF8 --locale=C" >"$pgdir/initdb.log" 2>&1 || {
+		say "initdb failed: $(tail -1 "$pgdir/initdb.log")"
+		return 1
+	}
+	"${as[@]}" "$pgbin/pg_ctl -D '$pgdir/data' -l '$pgdir/server.log' -w -o \"-c listen_addresses=127.0.0.1 -c port=$port -c unix_socket_directories='$pgdir' -c max_connections=300\" start" >/dev/null || {
+		say "PostgreSQL did not start: $(tail -3 "$pgdir/server.log" 2>/dev/null)"
+		return 1
+	}
+	pg_url="postgres://postgres@127.0.0.1:$port/postgres?sslmode=disable"
+}
 cleanup() {
+	stop_pg
 	if [ -n "$mnt" ] && mountpoint -q "$mnt"; then
 		umount "$mnt" 2>/dev/null || umount -l "$mnt" || true
 	fi
@@ -97,6 +135,20 @@ if [ "$peers" = 1 ]; then
 		say "could not build fsfloor from $fsfloor_src: its runs are skipped"
 	fi
 fi
+river=0
+if [ "$peers" = 1 ] && [ "${BENCH_RIVER:-0}" = 1 ]; then
+	pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+	if [ -z "$pgbin" ] && command -v initdb >/dev/null; then
+		pgbin=$(dirname "$(command -v initdb)")
+	fi
+	if [ -z "$pgbin" ]; then
+		say "BENCH_RIVER=1 but PostgreSQL is not installed: River's runs are skipped"
+	elif (cd bench/river && go build -o "$tmp/riverbench" .); then
+		river=1
+	else
+		say "could not build bench/river: River's runs are skipped"
+	fi
+fi
 
 status=0
 for entry in "${discs[@]}"; do
@@ -113,11 +165,19 @@ for entry in "${discs[@]}"; do
 		# each); memory does not depend on the disc.
 		flags=(--sections throughput,handoff,depth --depths 100,10000)
 	fi
+	if [ "$river" = 1 ]; then
+		if start_pg "$dir"; then
+			flags+=(--river "$tmp/riverbench" --database-url "$pg_url")
+		else
+			say "no PostgreSQL on $label: River's runs are skipped there"
+		fi
+	fi
 	say "$label: $dir"
 	if ! "$bin" bench --dir "$dir/run" --label "$label" --commit "$commit" --json "$out/$name.json" "${flags[@]}" "$@" |
 		tee "$out/$name.txt"; then
 		status=1
 	fi
+	stop_pg
 	rm -rf "$dir/run"
 done
 say "reports: $out/*.txt, $out/*.json"

@@ -30,8 +30,9 @@ clients and by the event log); any failure exits 1.
 With --url it measures an existing server instead (throughput and hand-off
 only; --logs DIR adds the event-log check). With --peers it runs the same
 throughput workload, round by round, against Taskhoster (sync always and
-none), beanstalkd (-f 0 and without binlog) and fsfloor, and prints the
-ratios.
+none), beanstalkd (-f 0 and without binlog), fsfloor and, with --river and
+--database-url, River on PostgreSQL (bench/river, built on its own), and
+prints the ratios.
 
 Flags:
 `
@@ -74,6 +75,8 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		features   = fs.Bool("features", false, "the bench queue uses retries (maxAttempts 5, a backoff) and every post a priority")
 		beanstalkd = fs.String("beanstalkd", "", "with --peers: the beanstalkd binary (empty: skip it)")
 		fsfloor    = fs.String("fsfloor", "", "with --peers: the fsfloor binary (empty: skip it)")
+		river      = fs.String("river", "", "with --peers: the River peer's binary (bench/river; empty: skip it)")
+		dbURL      = fs.String("database-url", "", "with --river: the PostgreSQL database River runs on (its tables are emptied)")
 		floorModes = fs.String("floor-modes", strings.Join(d.FloorModes, ","), "with --peers: fsfloor modes")
 	)
 	if err := parse(fs, args); err != nil {
@@ -97,6 +100,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	c.Handoffs, c.Claims, c.DepthSync, c.Memory, c.Timeout = *handoffs, *claims, *depthSync, *memory, *timeout
 	c.Batch = *batchSize
 	c.Peers, c.Beanstalkd, c.Fsfloor, c.Features = *peers, *beanstalkd, *fsfloor, *features
+	c.River, c.DatabaseURL = *river, *dbURL
 	c.Syncs, c.Transports, c.Sections, c.FloorModes = benchList(*modes), benchList(*transports), benchList(*sections), benchList(*floorModes)
 	var err error
 	if c.Loads, err = benchPairs(*p, *w); err != nil {

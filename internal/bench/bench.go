@@ -73,7 +73,11 @@ type Config struct {
 	Peers      bool
 	Beanstalkd string // the beanstalkd binary ("" skips it)
 	Fsfloor    string // the fsfloor binary ("" skips it)
-	FloorModes []string
+	// River is the River peer's binary (bench/river, a module of its own;
+	// "" skips it), run against the PostgreSQL database at DatabaseURL.
+	River       string
+	DatabaseURL string
+	FloorModes  []string
 
 	// Progress receives a line per finished run (nil: discarded).
 	Progress io.Writer
@@ -129,6 +133,8 @@ func (c Config) Validate() error {
 		return errors.New("a server the bench starts needs the binary and a folder")
 	case c.Peers && !c.own():
 		return errors.New("the peer comparison starts its own servers: no --url")
+	case c.River != "" && c.DatabaseURL == "":
+		return errors.New("--river needs --database-url")
 	}
 	for _, l := range c.Loads {
 		if l.P < 1 || l.W < 1 {

@@ -363,3 +363,24 @@ func TestPosts(t *testing.T) {
 		}
 	}
 }
+
+func TestRiverPeerIsOptional(t *testing.T) {
+	c := Defaults()
+	c.Binary, c.Dir, c.Peers = "taskhoster", t.TempDir(), true
+	if err := c.Validate(); err != nil {
+		t.Fatalf("peers without River refused: %v", err)
+	}
+	c.River = "riverbench"
+	if err := c.Validate(); err == nil {
+		t.Fatal("--river without --database-url accepted")
+	}
+	c.DatabaseURL = "postgres://db"
+	if err := c.Validate(); err != nil {
+		t.Fatalf("--river with --database-url refused: %v", err)
+	}
+	got := strings.Join(riverArgs(c.DatabaseURL, Load{N: 100, P: 2, W: 3, K: 4, ItemBytes: 200, Timeout: time.Minute}), " ")
+	want := "-database-url postgres://db -n 100 -p 2 -w 3 -k 4 -item-bytes 200 -fetch-cooldown 1ms -timeout 1m0s"
+	if got != want {
+		t.Fatalf("river peer's flags:\n got %s\nwant %s", got, want)
+	}
+}

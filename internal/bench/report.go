@@ -143,7 +143,7 @@ type PeerRow struct {
 	N       int `json:"n"`
 	// Completed tasks per second of each contender: "taskhoster always",
 	// "taskhoster none", "beanstalkd -f0", "beanstalkd nobinlog",
-	// "fsfloor MODE".
+	// "river" (on PostgreSQL), "fsfloor MODE".
 	TPS map[string]Summary `json:"tps"`
 	// Lat is post → finished p50 (ms), for the servers.
 	Lat map[string]Summary `json:"lat_p50_ms"`
@@ -408,7 +408,7 @@ func failed(n int) string {
 // the floors.
 func peerOrder(m map[string]Summary) []string {
 	var out []string
-	for _, name := range []string{"taskhoster always", "beanstalkd -f0", "taskhoster none", "beanstalkd nobinlog"} {
+	for _, name := range []string{"taskhoster always", "beanstalkd -f0", RiverName, "taskhoster none", "beanstalkd nobinlog"} {
 		if _, ok := m[name]; ok {
 			out = append(out, name)
 		}

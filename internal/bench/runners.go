@@ -228,8 +228,8 @@ func room(dir string, n int) (bool, string) {
 
 // runPeers runs, for each P = W, Runs rounds of: Taskhoster --sync always,
 // beanstalkd -f 0, Taskhoster --sync none, beanstalkd without binlog, and
-// fsfloor in each floor mode, all with the same N and concurrency; then
-// the ratios, each taken within a round.
+// fsfloor in each floor mode, and River on PostgreSQL when given, all with
+// the same N and concurrency; then the ratios, each taken within a round.
 func runPeers(ctx context.Context, c Config, rep *Report) []PeerRow {
 	var rows []PeerRow
 	for _, p := range c.Loads {
@@ -304,6 +304,17 @@ func runPeers(ctx context.Context, c Config, rep *Report) []PeerRow {
 					c.progress("%s %s (-c %d): %.0f cycles/s", prefix, name, p.W*c.K, fr.TPS)
 				}
 			}
+			if c.River != "" {
+				rr, err := River(ctx, c.River, c.DatabaseURL, ld)
+				if err != nil {
+					rep.fail(prefix+" "+RiverName, err)
+					c.progress("%s %s: FAILED: %v", prefix, RiverName, err)
+					record(RiverName, round, 0, 0, 0)
+				} else {
+					record(RiverName, round, rr.TPS, 0, 0)
+					c.progress("%s %s: %.0f done/s (synchronous_commit %s, PostgreSQL %s); every job worked once and completed", prefix, RiverName, rr.TPS, rr.SynchronousCommit, rr.Server)
+				}
+			}
 		}
 		row := PeerRow{P: p.P, W: p.W, K: c.K, N: c.N, TPS: map[string]Summary{}, Lat: map[string]Summary{}, CPU: map[string]Summary{}}
 		for name, v := range cpu {
@@ -349,6 +360,7 @@ func runPeers(ctx context.Context, c Config, rep *Report) []PeerRow {
 		ratio("taskhoster always ÷ best durable fsfloor", "taskhoster always", bestDurable, 0.8)
 		ratio("taskhoster none ÷ fsfloor none", "taskhoster none", of("fsfloor none"), 0.8)
 		ratio("beanstalkd -f0 ÷ best durable fsfloor", "beanstalkd -f0", bestDurable, 0)
+		ratio("taskhoster always (files) ÷ river", "taskhoster always", of(RiverName), 0)
 		rows = append(rows, row)
 	}
 	if c.Beanstalkd == "" {
@@ -356,6 +368,9 @@ func runPeers(ctx context.Context, c Config, rep *Report) []PeerRow {
 	}
 	if c.Fsfloor == "" {
 		rep.Notes = append(rep.Notes, "fsfloor not given: its runs were skipped")
+	}
+	if c.River == "" {
+		rep.Notes = append(rep.Notes, "river not given (--river, --database-url): its runs were skipped")
 	}
 	return rows
 }
