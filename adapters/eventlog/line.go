@@ -149,3 +149,18 @@ func errorLen(t domain.Task) int {
 	}
 	return len(b)
 }
+
+// EncodeLine is ev's line as a day file holds it, newline included, with
+// no archived bodies: for an event log kept elsewhere (adapters/postgres
+// keeps its lines in the database), so every log writes the same bytes.
+func EncodeLine(ev domain.Event) []byte { return encodeLine(ev, nil) }
+
+// DayOf is the day (YYYY-MM-DD, UTC) whose file an event at t goes to.
+func DayOf(t time.Time) string { return dayOf(t) }
+
+// ValidDay reports whether day names a day as the log API takes it
+// (YYYY-MM-DD).
+func ValidDay(day string) bool {
+	_, ok := dayOfName(day + ".jsonl")
+	return ok
+}

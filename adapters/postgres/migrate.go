@@ -44,6 +44,20 @@ var migrations = []string{
 		queue text NOT NULL,
 		PRIMARY KEY (host, queue)
 	);`,
+	// 2: the event log (log.go).
+	`CREATE TABLE log_days (
+		day  text   PRIMARY KEY, -- YYYY-MM-DD, UTC
+		size bigint NOT NULL     -- the bytes of its lines: the day file's size
+	);
+	CREATE TABLE event_lines (
+		day   text   NOT NULL,
+		off   bigint NOT NULL, -- the line's byte offset in its day file
+		host  text   NOT NULL,
+		queue text   NOT NULL,
+		id    text   NOT NULL,
+		line  bytea  NOT NULL, -- eventlog.EncodeLine, newline included
+		PRIMARY KEY (day, off)
+	);`,
 }
 
 // migrationLock is the advisory lock key that serialises migrations: any

@@ -79,6 +79,8 @@ type Store struct {
 	queues map[domain.QueueRef]*queue
 
 	pauses pauseCache
+
+	staged Staged // nil: no event lines in the change's transaction (log.go)
 }
 
 // Open connects to the database at url (a postgres:// URL or a key=value

@@ -1,0 +1,257 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/taskhoster/taskhoster/adapters/eventlog"
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+// The event log in the database (issue 14).
+//
+// Each line is a row of event_lines: its day, its byte offset in that day's
+// virtual file, the host, queue and id it names, and its bytes, exactly
+// those eventlog.EncodeLine writes to a day file. log_days holds each day's
+// size, the sum of its lines' lengths. A line takes its offset by adding
+// its length to its day's size (an upsert that locks the day's row until
+// COMMIT), so offsets follow commit order and a day's committed lines are
+// always a whole prefix [0, size): a reader that read up to an offset never
+// finds a line appear before it later. The GET /_logs/tasks API and
+// `taskhoster logs pull` read the table as they read day files (Log
+// implements httpapi.LogReader).
+//
+// Same transaction. A change's line is written in the change's own
+// transaction, just before its COMMIT (Store.WriteLines): a change and its
+// line commit together or not at all, and the lines of a queue follow its
+// store order (a task's changes are serialised by its row lock, and all
+// lines by their day's row). The use case hands the event to the store
+// through the call's context (app.StagedEvent); a change made without one
+// (none is staged) writes no line, and its Then's Append writes it after
+// COMMIT, in its own transaction.
+//
+// The day row serialises every change's COMMIT of one day on one row, so
+// commits no longer share a flush (group commit): the price of "never
+// disagree". Payload archiving (archivePayloads) is not kept in the
+// database: lines list no archived bodies and OpenPayload finds none.
+
+// Staged is how the store finds the event of the change being stored
+// under ctx (app.StagedEvent): the event, and logged, to be called once
+// its line is written.
+type Staged func(ctx context.Context) (ev domain.Event, archive bool, logged func(), ok bool)
+
+// WriteLines makes the store write each change's event line, found by
+// staged, in the change's own transaction. Call it before serving.
+func (s *Store) WriteLines(staged Staged) { s.staged = staged }
+
+// stageLine writes the line of the change tx makes under ctx, if one is
+// staged.
+func (s *Store) stageLine(ctx context.Context, tx pgx.Tx) error {
+	if s.staged == nil {
+		return nil
+	}
+	ev, _, logged, ok := s.staged(ctx)
+	if !ok {
+		return nil
+	}
+	if err := insertLine(ctx, tx, ev); err != nil {
+		return err
+	}
+	logged()
+	return nil
+}
+
+// insertLine appends ev's line in tx.
+func insertLine(ctx context.Context, tx pgx.Tx, ev domain.Event) error {
+	b := eventlog.EncodeLine(ev)
+	day := eventlog.DayOf(ev.At)
+	var size int64
+	err := tx.QueryRow(ctx, `INSERT INTO log_days (day, size) VALUES ($1, $2)
+		ON CONFLICT (day) DO UPDATE SET size = log_days.size + EXCLUDED.size RETURNING size`, day, int64(len(b))).Scan(&size)
+	if err != nil {
+		return fail("log "+string(ev.Kind)+" of "+ev.Task.ID, err)
+	}
+	t := ev.Task
+	if _, err := tx.Exec(ctx, `INSERT INTO event_lines (day, off, host, queue, id, line) VALUES ($1, $2, $3, $4, $5, $6)`,
+		day, size-int64(len(b)), t.Host, t.Queue, t.ID, b); err != nil {
+		return fail("log "+string(ev.Kind)+" of "+ev.Task.ID, err)
+	}
+	return nil
+}
+
+var _ ports.EventLog = (*Log)(nil)
+
+// Log is the event log in the database: a ports.EventLog for the events
+// no change's transaction wrote, and the reader of the log API.
+type Log struct {
+	pool *pgxpool.Pool
+}
+
+// Log is the event log in the store's database.
+func (s *Store) Log() *Log { return &Log{pool: s.pool} }
+
+// Append writes ev's line in a transaction of its own. An event already
+// written with its change (see Store.WriteLines) does not come here.
+func (l *Log) Append(ctx context.Context, ev domain.Event, _ bool) error {
+	tx, err := l.pool.Begin(ctx)
+	if err != nil {
+		return fail("log "+string(ev.Kind)+" of "+ev.Task.ID, err)
+	}
+	defer rollback(tx)
+	if err := insertLine(ctx, tx, ev); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fail("log "+string(ev.Kind)+" of "+ev.Task.ID, err)
+	}
+	return nil
+}
+
+// Days lists the days, oldest first, with their sizes.
+func (l *Log) Days() ([]eventlog.DayFile, error) {
+	ctx, cancel := shortCtx()
+	defer cancel()
+	rows, err := l.pool.Query(ctx, `SELECT day, size FROM log_days ORDER BY day`)
+	if err != nil {
+		return nil, fail("list log days", err)
+	}
+	days, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (eventlog.DayFile, error) {
+		var d eventlog.DayFile
+		return d, r.Scan(&d.Day, &d.Size)
+	})
+	if err != nil {
+		return nil, fail("list log days", err)
+	}
+	if days == nil {
+		days = []eventlog.DayFile{}
+	}
+	return days, nil
+}
+
+// ReadLines reads day's lines from offset on as eventlog.Reader reads a day
+// file: whole lines, at most limit bytes of them, those keep accepts, and
+// the offset past the last line read, kept or not.
+func (l *Log) ReadLines(day string, offset int64, limit int, keep func(host, queue string) bool) ([]byte, int64, error) {
+	if limit < 1 {
+		return nil, 0, fmt.Errorf("read log day %s: limit %d is not positive", day, limit)
+	}
+	if !eventlog.ValidDay(day) {
+		return nil, 0, noSuchDay(day)
+	}
+	ctx, cancel := shortCtx()
+	defer cancel()
+	// One snapshot for the size and the lines.
+	tx, err := l.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, 0, fail("read log day "+day, err)
+	}
+	defer rollback(tx)
+	var size int64
+	err = tx.QueryRow(ctx, `SELECT size FROM log_days WHERE day = $1`, day).Scan(&size)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, 0, noSuchDay(day)
+	}
+	if err != nil {
+		return nil, 0, fail("read log day "+day, err)
+	}
+	if offset < 0 || offset > size {
+		return nil, 0, invalidOffset(offset, fmt.Sprintf("outside the file of %d bytes", size))
+	}
+	if offset < size {
+		var starts bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM event_lines WHERE day = $1 AND off = $2)`, day, offset).Scan(&starts); err != nil {
+			return nil, 0, fail("read log day "+day, err)
+		}
+		if !starts {
+			return nil, 0, invalidOffset(offset, "not at the start of a line")
+		}
+	}
+	// Lines are a few hundred bytes: a batch of rows at a time, until
+	// limit bytes are read.
+	var out bytes.Buffer
+	next := offset
+	for next < size {
+		rows, err := tx.Query(ctx, `SELECT off, host, queue, line FROM event_lines WHERE day = $1 AND off >= $2 ORDER BY off LIMIT 1000`, day, next)
+		if err != nil {
+			return nil, 0, fail("read log day "+day, err)
+		}
+		full := false
+		n := 0
+		for rows.Next() {
+			var off int64
+			var host, queue string
+			var line []byte
+			if err := rows.Scan(&off, &host, &queue, &line); err != nil {
+				rows.Close()
+				return nil, 0, fail("read log day "+day, err)
+			}
+			n++
+			if next-offset+int64(len(line)) > int64(limit) {
+				full = true
+				break
+			}
+			next = off + int64(len(line))
+			if keep(host, queue) {
+				out.Write(line)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, 0, fail("read log day "+day, err)
+		}
+		if full && next == offset {
+			return nil, 0, fmt.Errorf("read log day %s: no line ends within %d bytes of offset %d", day, limit, offset)
+		}
+		if full || n == 0 {
+			break
+		}
+	}
+	return out.Bytes(), next, nil
+}
+
+// OpenPayload finds no body: payloads are not archived in the database.
+func (l *Log) OpenPayload(host, queue, id, name string) (*eventlog.Payload, error) {
+	return nil, &domain.Error{Kind: domain.KindNotFound, Code: domain.CodeNotFound, Message: "no such archived payload"}
+}
+
+// Prune deletes the lines of the days before the last days (UTC) as of
+// now, as eventlog.Log.Prune deletes day files.
+func (l *Log) Prune(ctx context.Context, now time.Time, days int) error {
+	if days < 1 {
+		return fmt.Errorf("prune event log: days must be at least 1, got %d", days)
+	}
+	y, m, d := now.UTC().Date()
+	oldestKept := eventlog.DayOf(time.Date(y, m, d-(days-1), 0, 0, 0, 0, time.UTC))
+	tx, err := l.pool.Begin(ctx)
+	if err != nil {
+		return fail("prune event log", err)
+	}
+	defer rollback(tx)
+	if _, err := tx.Exec(ctx, `DELETE FROM event_lines WHERE day < $1`, oldestKept); err != nil {
+		return fail("prune event log", err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM log_days WHERE day < $1`, oldestKept); err != nil {
+		return fail("prune event log", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fail("prune event log", err)
+	}
+	return nil
+}
+
+func noSuchDay(day string) error {
+	return &domain.Error{Kind: domain.KindNotFound, Code: domain.CodeNotFound,
+		Message: fmt.Sprintf("no day file %q in the event log", day)}
+}
+
+func invalidOffset(offset int64, why string) error {
+	return &domain.Error{Kind: domain.KindInvalid, Code: domain.CodeInvalidOffset,
+		Message: fmt.Sprintf("offset %d: %s", offset, why)}
+}
