@@ -39,8 +39,13 @@ import (
 //
 // The day row serialises every change's COMMIT of one day on one row, so
 // commits no longer share a flush (group commit): the price of "never
-// disagree". Payload archiving (archivePayloads) is not kept in the
-// database: lines list no archived bodies and OpenPayload finds none.
+// disagree".
+//
+// Payloads. For a queue with archivePayloads, an event's bodies
+// (eventlog.Bodies: item, progress appended, result, error) are rows of
+// payloads, written in the same transaction before its line, which lists
+// them in "archived" as a day file's line does; OpenPayload serves them to
+// /_logs/payloads.
 
 // Staged is how the store finds the event of the change being stored
 // under ctx (app.StagedEvent): the event, and logged, to be called once
@@ -57,20 +62,28 @@ func (s *Store) stageLine(ctx context.Context, tx pgx.Tx) error {
 	if s.staged == nil {
 		return nil
 	}
-	ev, _, logged, ok := s.staged(ctx)
+	ev, archive, logged, ok := s.staged(ctx)
 	if !ok {
 		return nil
 	}
-	if err := insertLine(ctx, tx, ev); err != nil {
+	if err := insertLine(ctx, tx, ev, archive); err != nil {
 		return err
 	}
 	logged()
 	return nil
 }
 
-// insertLine appends ev's line in tx.
-func insertLine(ctx context.Context, tx pgx.Tx, ev domain.Event) error {
-	b := eventlog.EncodeLine(ev)
+// insertLine appends ev's line in tx, after archiving its bodies when
+// archive is set.
+func insertLine(ctx context.Context, tx pgx.Tx, ev domain.Event, archive bool) error {
+	var archived []string
+	if archive {
+		var err error
+		if archived, err = archiveBodies(ctx, tx, ev); err != nil {
+			return err
+		}
+	}
+	b := eventlog.EncodeLine(ev, archived)
 	day := eventlog.DayOf(ev.At)
 	var size int64
 	err := tx.QueryRow(ctx, `INSERT INTO log_days (day, size) VALUES ($1, $2)
@@ -99,13 +112,13 @@ func (s *Store) Log() *Log { return &Log{pool: s.pool} }
 
 // Append writes ev's line in a transaction of its own. An event already
 // written with its change (see Store.WriteLines) does not come here.
-func (l *Log) Append(ctx context.Context, ev domain.Event, _ bool) error {
+func (l *Log) Append(ctx context.Context, ev domain.Event, archive bool) error {
 	tx, err := l.pool.Begin(ctx)
 	if err != nil {
 		return fail("log "+string(ev.Kind)+" of "+ev.Task.ID, err)
 	}
 	defer rollback(tx)
-	if err := insertLine(ctx, tx, ev); err != nil {
+	if err := insertLine(ctx, tx, ev, archive); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -216,9 +229,58 @@ func (l *Log) ReadLines(day string, offset int64, limit int, keep func(host, que
 	return out.Bytes(), next, nil
 }
 
-// OpenPayload finds no body: payloads are not archived in the database.
+// archiveBodies writes ev's bodies (eventlog.Bodies) to payloads in tx and
+// returns their names for the line's "archived". The database's time
+// stamps them, for Prune and Last-Modified.
+func archiveBodies(ctx context.Context, tx pgx.Tx, ev domain.Event) ([]string, error) {
+	bodies, err := eventlog.Bodies(ev)
+	if err != nil {
+		return nil, &domain.Error{Kind: domain.KindInternal, Code: domain.CodeInternal, Message: "archive a payload", Err: err}
+	}
+	t := ev.Task
+	var names []string
+	for _, b := range bodies {
+		set := `EXCLUDED.body`
+		if b.Appended {
+			set = `payloads.body || EXCLUDED.body`
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO payloads (host, queue, id, file, body, modified) VALUES ($1, $2, $3, $4, $5, now())
+			ON CONFLICT (host, queue, id, file) DO UPDATE SET body = `+set+`, modified = now()`,
+			t.Host, t.Queue, t.ID, b.File, b.Data); err != nil {
+			return nil, fail("archive "+string(ev.Kind)+" of "+t.ID, err)
+		}
+		names = append(names, b.Name)
+	}
+	return names, nil
+}
+
+// OpenPayload reads one archived body of a task: name is one of
+// eventlog.ItemFile, ProgressFile, ResultFile, ErrorFile. A body is written
+// whole in its change's transaction, so progress.jsonl always ends with a
+// whole line.
 func (l *Log) OpenPayload(host, queue, id, name string) (*eventlog.Payload, error) {
-	return nil, &domain.Error{Kind: domain.KindNotFound, Code: domain.CodeNotFound, Message: "no such archived payload"}
+	switch name {
+	case eventlog.ItemFile, eventlog.ProgressFile, eventlog.ResultFile, eventlog.ErrorFile:
+	default:
+		return nil, noSuchPayload()
+	}
+	ctx, cancel := shortCtx()
+	defer cancel()
+	var body []byte
+	var modified time.Time
+	err := l.pool.QueryRow(ctx, `SELECT body, modified FROM payloads WHERE host = $1 AND queue = $2 AND id = $3 AND file = $4`,
+		host, queue, id, name).Scan(&body, &modified)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, noSuchPayload()
+	}
+	if err != nil {
+		return nil, fail("read an archived payload", err)
+	}
+	return eventlog.NewPayload(bytes.NewReader(body), int64(len(body)), modified), nil
+}
+
+func noSuchPayload() error {
+	return &domain.Error{Kind: domain.KindNotFound, Code: domain.CodeNotFound, Message: "no such archived payload"}
 }
 
 // Prune deletes the lines of the days before the last days (UTC) as of
@@ -228,7 +290,8 @@ func (l *Log) Prune(ctx context.Context, now time.Time, days int) error {
 		return fmt.Errorf("prune event log: days must be at least 1, got %d", days)
 	}
 	y, m, d := now.UTC().Date()
-	oldestKept := eventlog.DayOf(time.Date(y, m, d-(days-1), 0, 0, 0, 0, time.UTC))
+	keptFrom := time.Date(y, m, d-(days-1), 0, 0, 0, 0, time.UTC)
+	oldestKept := eventlog.DayOf(keptFrom)
 	tx, err := l.pool.Begin(ctx)
 	if err != nil {
 		return fail("prune event log", err)
@@ -239,6 +302,12 @@ func (l *Log) Prune(ctx context.Context, now time.Time, days int) error {
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM log_days WHERE day < $1`, oldestKept); err != nil {
 		return fail("prune event log", err)
+	}
+	// A task's archive goes once its last body was written before the
+	// window, as the file archive's folders go by their newest entry.
+	if _, err := tx.Exec(ctx, `DELETE FROM payloads p WHERE NOT EXISTS (SELECT 1 FROM payloads q
+		WHERE q.host = p.host AND q.queue = p.queue AND q.id = p.id AND q.modified >= $1)`, keptFrom); err != nil {
+		return fail("prune payload archive", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fail("prune event log", err)

@@ -25,9 +25,10 @@ var _ httpapi.LogReader = (*postgres.Log)(nil)
 type stageKey struct{}
 
 type stagedEv struct {
-	ev     *domain.Event
-	logged bool
-	hook   func()
+	ev      *domain.Event
+	archive bool
+	logged  bool
+	hook    func()
 }
 
 func staged(ctx context.Context) (domain.Event, bool, func(), bool) {
@@ -35,7 +36,7 @@ func staged(ctx context.Context) (domain.Event, bool, func(), bool) {
 	if !ok || st.ev.Kind == "" {
 		return domain.Event{}, false, nil, false
 	}
-	return *st.ev, false, func() {
+	return *st.ev, st.archive, func() {
 		st.logged = true
 		if st.hook != nil {
 			st.hook()
@@ -93,7 +94,7 @@ func TestLogLinesWithChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	want := [][]byte{eventlog.EncodeLine(posted), eventlog.EncodeLine(claimed), eventlog.EncodeLine(otherPosted)}
+	want := [][]byte{eventlog.EncodeLine(posted, nil), eventlog.EncodeLine(claimed, nil), eventlog.EncodeLine(otherPosted, nil)}
 	all := bytes.Join(want, nil)
 	day := eventlog.DayOf(epoch)
 	days, err := l.Days()
@@ -208,7 +209,7 @@ func TestLogLineAndChangeCommitTogether(t *testing.T) {
 		t.Errorf("after a killed claim: %v %v, want pending", got.Status, err)
 	}
 	lines, next, err := l.ReadLines(eventlog.DayOf(epoch), 0, 1<<20, keepAll)
-	if want := eventlog.EncodeLine(posted); err != nil || !bytes.Equal(lines, want) || next != int64(len(want)) {
+	if want := eventlog.EncodeLine(posted, nil); err != nil || !bytes.Equal(lines, want) || next != int64(len(want)) {
 		t.Errorf("lines after a killed claim = %q, %d, %v; want the posted line only", lines, next, err)
 	}
 }
@@ -216,4 +217,94 @@ func TestLogLineAndChangeCommitTogether(t *testing.T) {
 func isCode(err error, code domain.Code) bool {
 	var de *domain.Error
 	return errors.As(err, &de) && de.Code == code
+}
+
+// With archivePayloads, an event's bodies are written with its line, which
+// names them; the log API's OpenPayload reads them back; Prune drops a
+// task's archive once its last body is older than the window.
+func TestLogArchivesPayloads(t *testing.T) {
+	s := mustOpen(t, pgtest.Database(t))
+	s.WriteLines(staged)
+	l := s.Log()
+
+	task, posted := postEv(1)
+	ctx, st := stage(&posted)
+	st.archive = true
+	if err := s.Create(ctx, task, nil); err != nil {
+		t.Fatal(err)
+	}
+	var claimed domain.Event
+	ctx, st = stage(&claimed)
+	st.archive = true
+	task, err := s.Update(ctx, domain.KeyOf(task), func(tk *domain.Task) error {
+		var err error
+		*tk, claimed, err = tk.Claim("box-1", time.Minute, epoch.Add(time.Second))
+		return err
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range []string{`{"percent":40}`, `{"percent":90}`} {
+		ev := domain.Event{Kind: domain.EventProgress, At: epoch.Add(time.Duration(2+i) * time.Second), Worker: "box-1"}
+		ctx, st = stage(&ev)
+		st.archive = true
+		if _, err := s.Update(ctx, domain.KeyOf(task), func(tk *domain.Task) error {
+			tk.Progress = json.RawMessage(p)
+			ev.Task = *tk
+			return nil
+		}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines, _, err := l.ReadLines(eventlog.DayOf(epoch), 0, 1<<20, keepAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var archived [][]string
+	for _, line := range bytes.SplitAfter(lines, []byte("\n")) {
+		if len(line) == 0 {
+			continue
+		}
+		var v struct{ Archived []string }
+		if err := json.Unmarshal(line, &v); err != nil {
+			t.Fatal(err)
+		}
+		archived = append(archived, v.Archived)
+	}
+	want := [][]string{{"item"}, {}, {"progress"}, {"progress"}}
+	if fmt.Sprint(archived) != fmt.Sprint(want) {
+		t.Errorf("archived = %v, want %v", archived, want)
+	}
+	for file, body := range map[string]string{
+		eventlog.ItemFile:     `{}`,
+		eventlog.ProgressFile: "{\"percent\":40}\n{\"percent\":90}\n",
+	} {
+		p, err := l.OpenPayload(task.Host, task.Queue, task.ID, file)
+		if err != nil {
+			t.Fatalf("open %s: %v", file, err)
+		}
+		got := make([]byte, p.Size())
+		_, _ = p.ReadAt(got, 0)
+		_ = p.Close()
+		if string(got) != body || p.ModTime.IsZero() {
+			t.Errorf("%s = %q (modified %v), want %q", file, got, p.ModTime, body)
+		}
+	}
+	if _, err := l.OpenPayload(task.Host, task.Queue, task.ID, eventlog.ResultFile); !isCode(err, domain.CodeNotFound) {
+		t.Errorf("result before any: %v, want not_found", err)
+	}
+	// The bodies are stamped with the database's time (now): a window
+	// that ends before now keeps them, one that starts after drops them.
+	if err := l.Prune(context.Background(), time.Now(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.OpenPayload(task.Host, task.Queue, task.ID, eventlog.ItemFile); err != nil {
+		t.Errorf("item within the window: %v", err)
+	}
+	if err := l.Prune(context.Background(), time.Now().Add(48*time.Hour), 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.OpenPayload(task.Host, task.Queue, task.ID, eventlog.ItemFile); !isCode(err, domain.CodeNotFound) {
+		t.Errorf("item past the window: %v, want not_found", err)
+	}
 }

@@ -58,6 +58,17 @@ var migrations = []string{
 		line  bytea  NOT NULL, -- eventlog.EncodeLine, newline included
 		PRIMARY KEY (day, off)
 	);`,
+	// 3: the payload archive (log.go).
+	`CREATE TABLE payloads (
+		host     text        NOT NULL,
+		queue    text        NOT NULL,
+		id       text        NOT NULL,
+		file     text        NOT NULL, -- eventlog.ItemFile, ProgressFile, ResultFile, ErrorFile
+		body     bytea       NOT NULL,
+		modified timestamptz NOT NULL,
+		PRIMARY KEY (host, queue, id, file)
+	);
+	CREATE INDEX payloads_modified ON payloads (modified);`,
 }
 
 // migrationLock is the advisory lock key that serialises migrations: any

@@ -14,8 +14,8 @@ import (
 
 // A server on PostgreSQL keeps its event log in the database and serves it
 // through the same /_logs API: `taskhoster logs pull` mirrors every line a
-// user may read, byte for byte, then only new lines, as from day files;
-// and no day file is written.
+// user may read, byte for byte, then only new lines, as from day files,
+// and the archived bodies; and no day file is written.
 func TestPostgresLogsPull(t *testing.T) {
 	d := newDirs(t)
 	logsQueues(t, d)
@@ -25,9 +25,10 @@ func TestPostgresLogsPull(t *testing.T) {
 	s.finishTask("resize", 1)
 	s.finishTask("resize", 2)
 	s.finishTask("private", 3)
+	archived := s.finishTask("archived", 7)
 	want := s.readableLines()
-	if len(want) != 2*6 {
-		t.Fatalf("the server logged %d readable lines, want 12", len(want))
+	if len(want) != 3*6 {
+		t.Fatalf("the server logged %d readable lines, want 18", len(want))
 	}
 
 	// The day list: one day, its size the bytes of every line (all hosts').
@@ -60,6 +61,16 @@ func TestPostgresLogsPull(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, mirrored(t, store)); diff != "" {
 		t.Fatalf("mirror after the first pull (-server +mirror):\n%s", diff)
+	}
+	// The archived bodies came too, from the database.
+	for file, body := range map[string]string{
+		"item.json":      `{"url":"https://ex.com/7.png","n":7}`,
+		"progress.jsonl": "{\"percent\":40}\n{\"percent\":90}\n",
+		"result.json":    `{"url":"https://ex.com/7.jpg"}`,
+	} {
+		if got := payload(t, store, "archived", archived, file); got != body {
+			t.Errorf("task %s %s = %q, want %q", archived, file, got, body)
+		}
 	}
 	if n := s.mustPull(store); n != 0 {
 		t.Errorf("second pull reported %d new lines, want 0", n)

@@ -265,7 +265,7 @@ var PostgresModule = fx.Module("postgres",
 // start-up repair has nothing to do. The log API reads the same table. A
 // change is durable once its COMMIT returns (synchronous_commit on,
 // PostgreSQL's default), its line with it, so the Syncer has nothing to
-// flush. Payload bodies are not archived on PostgreSQL yet.
+// flush. Archived payload bodies are rows of the same database.
 var PostgresLogModule = fx.Module("pglog",
 	fx.Provide(func(s *postgres.Store) (ports.EventLog, ports.Syncer, logPruner, httpapi.LogReader) {
 		s.WriteLines(app.StagedEvent)
