@@ -20,26 +20,30 @@ import (
 // Each line is a row of event_lines: its day, its byte offset in that day's
 // virtual file, the host, queue and id it names, and its bytes, exactly
 // those eventlog.EncodeLine writes to a day file. log_days holds each day's
-// size, the sum of its lines' lengths. A line takes its offset by adding
-// its length to its day's size (an upsert that locks the day's row until
-// COMMIT), so offsets follow commit order and a day's committed lines are
-// always a whole prefix [0, size): a reader that read up to an offset never
-// finds a line appear before it later. The GET /_logs/tasks API and
-// `taskhoster logs pull` read the table as they read day files (Log
-// implements httpapi.LogReader).
+// size, the sum of its placed lines' lengths. A change inserts its line
+// without an offset (one INSERT, no lock shared with other changes, so
+// commits still share the database's flushes); a reader places the lines
+// committed since the last placement before it reads (place: under an
+// advisory lock, in insertion order, each after its day's size). A line is
+// placed only once committed, after every line placed before it, so a
+// day's placed lines are always a whole prefix [0, size) that only grows: a
+// reader that read up to an offset never finds a line appear before it
+// later. The GET /_logs/tasks API and `taskhoster logs pull` read the table
+// as they read day files (Log implements httpapi.LogReader).
+//
+// Order. A task's changes are serialised by its row lock: a later change
+// inserts its line after the earlier one committed, so with a higher seq,
+// and no reader can see the later line without the earlier (it committed
+// first); both are placed in seq order. Lines of different tasks placed
+// in one pass follow their insertion order.
 //
 // Same transaction. A change's line is written in the change's own
 // transaction, just before its COMMIT (Store.WriteLines): a change and its
-// line commit together or not at all, and the lines of a queue follow its
-// store order (a task's changes are serialised by its row lock, and all
-// lines by their day's row). The use case hands the event to the store
+// line commit together or not at all, and a task's lines follow its store
+// order (see Order). The use case hands the event to the store
 // through the call's context (app.StagedEvent); a change made without one
 // (none is staged) writes no line, and its Then's Append writes it after
 // COMMIT, in its own transaction.
-//
-// The day row serialises every change's COMMIT of one day on one row, so
-// commits no longer share a flush (group commit): the price of "never
-// disagree".
 //
 // Payloads. For a queue with archivePayloads, an event's bodies
 // (eventlog.Bodies: item, progress appended, result, error) are rows of
@@ -84,19 +88,93 @@ func insertLine(ctx context.Context, tx pgx.Tx, ev domain.Event, archive bool) e
 		}
 	}
 	b := eventlog.EncodeLine(ev, archived)
-	day := eventlog.DayOf(ev.At)
-	var size int64
-	err := tx.QueryRow(ctx, `INSERT INTO log_days (day, size) VALUES ($1, $2)
-		ON CONFLICT (day) DO UPDATE SET size = log_days.size + EXCLUDED.size RETURNING size`, day, int64(len(b))).Scan(&size)
-	if err != nil {
-		return fail("log "+string(ev.Kind)+" of "+ev.Task.ID, err)
-	}
 	t := ev.Task
-	if _, err := tx.Exec(ctx, `INSERT INTO event_lines (day, off, host, queue, id, line) VALUES ($1, $2, $3, $4, $5, $6)`,
-		day, size-int64(len(b)), t.Host, t.Queue, t.ID, b); err != nil {
+	if _, err := tx.Exec(ctx, `INSERT INTO event_lines (day, host, queue, id, line) VALUES ($1, $2, $3, $4, $5)`,
+		eventlog.DayOf(ev.At), t.Host, t.Queue, t.ID, b); err != nil {
 		return fail("log "+string(ev.Kind)+" of "+ev.Task.ID, err)
 	}
 	return nil
+}
+
+// placeLock is the advisory lock key that serialises placements ("evplace").
+const placeLock = 0x6576706c616365
+
+// placeBatch bounds the lines one statement places.
+const placeBatch = 10_000
+
+// place gives the committed lines without an offset theirs, in insertion
+// order, each at the end of its day, and grows the days' sizes.
+func (l *Log) place(ctx context.Context) error {
+	for {
+		n, err := l.placeSome(ctx)
+		if err != nil {
+			return fail("place event lines", err)
+		}
+		if n < placeBatch {
+			return nil
+		}
+	}
+}
+
+func (l *Log) placeSome(ctx context.Context) (int, error) {
+	tx, err := l.pool.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer rollback(tx)
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(placeLock)); err != nil {
+		return 0, err
+	}
+	// Read after the lock: the snapshot holds every earlier placement.
+	rows, err := tx.Query(ctx, `SELECT seq, day, length(line) FROM event_lines WHERE off IS NULL ORDER BY seq LIMIT `+fmt.Sprint(placeBatch))
+	if err != nil {
+		return 0, err
+	}
+	var seqs, offs []int64
+	var days []string
+	var lens []int64
+	for rows.Next() {
+		var seq, n int64
+		var day string
+		if err := rows.Scan(&seq, &day, &n); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		seqs, days, lens = append(seqs, seq), append(days, day), append(lens, n)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if len(seqs) == 0 {
+		return 0, nil
+	}
+	sizes := make(map[string]int64)
+	for _, d := range days {
+		if _, ok := sizes[d]; ok {
+			continue
+		}
+		var size int64
+		err := tx.QueryRow(ctx, `SELECT size FROM log_days WHERE day = $1`, d).Scan(&size)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return 0, err
+		}
+		sizes[d] = size
+	}
+	offs = make([]int64, len(seqs))
+	for i := range seqs {
+		offs[i] = sizes[days[i]]
+		sizes[days[i]] += lens[i]
+	}
+	if _, err := tx.Exec(ctx, `UPDATE event_lines e SET off = v.off FROM unnest($1::bigint[], $2::bigint[]) AS v(seq, off) WHERE e.seq = v.seq`, seqs, offs); err != nil {
+		return 0, err
+	}
+	for d, size := range sizes {
+		if _, err := tx.Exec(ctx, `INSERT INTO log_days (day, size) VALUES ($1, $2) ON CONFLICT (day) DO UPDATE SET size = EXCLUDED.size`, d, size); err != nil {
+			return 0, err
+		}
+	}
+	return len(seqs), tx.Commit(ctx)
 }
 
 var _ ports.EventLog = (*Log)(nil)
@@ -131,6 +209,9 @@ func (l *Log) Append(ctx context.Context, ev domain.Event, archive bool) error {
 func (l *Log) Days() ([]eventlog.DayFile, error) {
 	ctx, cancel := shortCtx()
 	defer cancel()
+	if err := l.place(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := l.pool.Query(ctx, `SELECT day, size FROM log_days ORDER BY day`)
 	if err != nil {
 		return nil, fail("list log days", err)
@@ -160,6 +241,9 @@ func (l *Log) ReadLines(day string, offset int64, limit int, keep func(host, que
 	}
 	ctx, cancel := shortCtx()
 	defer cancel()
+	if err := l.place(ctx); err != nil {
+		return nil, 0, err
+	}
 	// One snapshot for the size and the lines.
 	tx, err := l.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -306,5 +307,90 @@ func TestLogArchivesPayloads(t *testing.T) {
 	}
 	if _, err := l.OpenPayload(task.Host, task.Queue, task.ID, eventlog.ItemFile); !isCode(err, domain.CodeNotFound) {
 		t.Errorf("item past the window: %v, want not_found", err)
+	}
+}
+
+// Lines written side by side while a reader follows the day from its
+// X-Next-Offset: what it read, piece by piece, is the day as a whole read
+// at the end (no line ever appears before an offset already read), and a
+// task's lines are in its store order.
+func TestLogReaderFollowingWriters(t *testing.T) {
+	s := mustOpen(t, pgtest.Database(t))
+	s.WriteLines(staged)
+	l := s.Log()
+	day := eventlog.DayOf(epoch)
+
+	done := make(chan struct{})
+	var followed bytes.Buffer
+	var next int64
+	read := func() {
+		got, n, err := l.ReadLines(day, next, 1<<20, keepAll)
+		if isCode(err, domain.CodeNotFound) {
+			return // no line yet
+		}
+		if err != nil {
+			t.Errorf("read from %d: %v", next, err)
+			return
+		}
+		followed.Write(got)
+		next = n
+	}
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Go(func() {
+				for i := range 25 {
+					task, posted := postEv(w*1000 + i)
+					ctx, _ := stage(&posted)
+					if err := s.Create(ctx, task, nil); err != nil {
+						t.Error(err)
+						return
+					}
+					var claimed domain.Event
+					ctx, _ = stage(&claimed)
+					if _, err := s.Update(ctx, domain.KeyOf(task), func(tk *domain.Task) error {
+						var err error
+						*tk, claimed, err = tk.Claim("box-1", time.Minute, epoch.Add(time.Second))
+						return err
+					}, nil); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}()
+	for following := true; following; {
+		select {
+		case <-done:
+			following = false
+		default:
+		}
+		read()
+	}
+	read()
+	all, end, err := l.ReadLines(day, 0, 1<<30, keepAll)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(followed.Bytes(), all) || end != next {
+		t.Fatalf("followed %d bytes up to %d, the day holds %d up to %d", followed.Len(), next, len(all), end)
+	}
+	seen := make(map[string]string)
+	lines := bytes.SplitAfter(all, []byte("\n"))
+	for _, line := range lines[:len(lines)-1] {
+		var v struct{ ID, Event string }
+		if err := json.Unmarshal(line, &v); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[string]string{"": "posted", "posted": "claimed"}[seen[v.ID]]; v.Event != want {
+			t.Errorf("task %s: %s after %q", v.ID, v.Event, seen[v.ID])
+		}
+		seen[v.ID] = v.Event
+	}
+	if len(seen) != 8*25 {
+		t.Errorf("%d tasks logged, want %d", len(seen), 8*25)
 	}
 }

@@ -47,17 +47,19 @@ var migrations = []string{
 	// 2: the event log (log.go).
 	`CREATE TABLE log_days (
 		day  text   PRIMARY KEY, -- YYYY-MM-DD, UTC
-		size bigint NOT NULL     -- the bytes of its lines: the day file's size
+		size bigint NOT NULL     -- the bytes of its placed lines: the day file's size
 	);
 	CREATE TABLE event_lines (
-		day   text   NOT NULL,
-		off   bigint NOT NULL, -- the line's byte offset in its day file
-		host  text   NOT NULL,
-		queue text   NOT NULL,
-		id    text   NOT NULL,
-		line  bytea  NOT NULL, -- eventlog.EncodeLine, newline included
-		PRIMARY KEY (day, off)
-	);`,
+		seq   bigserial PRIMARY KEY, -- insertion order
+		day   text      NOT NULL,
+		off   bigint,                -- the line's byte offset in its day file; NULL until placed
+		host  text      NOT NULL,
+		queue text      NOT NULL,
+		id    text      NOT NULL,
+		line  bytea     NOT NULL     -- eventlog.EncodeLine, newline included
+	);
+	CREATE UNIQUE INDEX event_lines_off ON event_lines (day, off);
+	CREATE INDEX event_lines_unplaced ON event_lines (seq) WHERE off IS NULL;`,
 	// 3: the payload archive (log.go).
 	`CREATE TABLE payloads (
 		host     text        NOT NULL,
