@@ -176,10 +176,12 @@ func TestLogLineAndChangeCommitTogether(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // let the backend go
 	}
 
-	// A post killed before COMMIT: no task, no line.
+	// A post killed before COMMIT: no task, no line. (A post that archives
+	// no body is one statement, atomic by itself; one that archives its
+	// item is a transaction.)
 	task, posted := postEv(1)
 	ctx, st := stage(&posted)
-	st.hook = kill
+	st.archive, st.hook = true, kill
 	if err := s.Create(ctx, task, nil); err == nil {
 		t.Fatal("create survived its transaction's end")
 	}

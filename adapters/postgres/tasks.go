@@ -90,8 +90,23 @@ func (s *Store) Create(ctx context.Context, t domain.Task, then ports.Then) erro
 	return q.seq.run(ticket, t.ID, func() error { return then.Call(stored) })
 }
 
-// createLogged stores a new task and its posted line in one transaction.
+// createLogged stores a new task and its posted line in one transaction:
+// one statement when no body is archived.
 func (s *Store) createLogged(ctx context.Context, stored domain.Task, data []byte, then ports.Then) error {
+	if ev, archive, logged, ok := s.staged(ctx); ok && !archive {
+		q := s.queue(domain.KeyOf(stored).Ref())
+		ticket := q.seq.take(stored.ID)
+		_, err := s.pool.Exec(ctx, `WITH task AS (
+				INSERT INTO tasks (`+columns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING 1)
+			`+insertLineSQL+` SELECT $12, $1, $2, $3, $13 FROM task`,
+			append(row(stored, data), lineArgs(ev)...)...)
+		if err != nil {
+			_ = q.seq.run(ticket, stored.ID, nil)
+			return createFailed(stored.ID, err)
+		}
+		logged()
+		return q.seq.run(ticket, stored.ID, func() error { return then.Call(stored) })
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return fail("create task "+stored.ID, err)
