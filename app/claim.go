@@ -82,6 +82,7 @@ func (s *Service) claimNow(ctx context.Context, q *domain.Queue, worker string, 
 		return domain.Task{}, domain.ErrNotFound // a paused queue hands nothing out
 	}
 	var ev domain.Event
+	ctx, then := s.staging(ctx, q, &ev)
 	t, err := s.repo.ClaimNext(ctx, q.Ref(), m, s.clock.Now(), func(t *domain.Task) error {
 		// The claim's own time is read here, under the store's lock, not
 		// before the call: a claim that waited for the lock while a post
@@ -91,7 +92,7 @@ func (s *Service) claimNow(ctx context.Context, q *domain.Queue, worker string, 
 		var err error
 		*t, ev, err = t.Claim(worker, q.Settings.Lease(), s.clock.Now())
 		return err
-	}, s.recorder(ctx, q, &ev))
+	}, then)
 	if err != nil {
 		if errors.Is(err, domain.ErrNotFound) {
 			return domain.Task{}, err

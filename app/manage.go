@@ -73,13 +73,14 @@ func (s *Service) Purge(ctx context.Context, q *domain.Queue, st domain.Status) 
 	n := 0
 	for _, id := range ids {
 		var ev domain.Event
-		err := s.repo.Delete(ctx, key(q, id), func(t domain.Task) error {
+		ectx, then := s.staging(ctx, q, &ev)
+		err := s.repo.Delete(ectx, key(q, id), func(t domain.Task) error {
 			if t.Status != st {
 				return errNotDue // retried meanwhile
 			}
 			ev = t.Clean(s.clock.Now())
 			return nil
-		}, s.recorder(ctx, q, &ev))
+		}, then)
 		switch {
 		case err == nil:
 			n++

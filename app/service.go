@@ -131,6 +131,7 @@ type rule func(t domain.Task, now time.Time) (domain.Task, domain.Event, error)
 // task unchanged with r's error.
 func (s *Service) transition(ctx context.Context, q *domain.Queue, id string, r rule) (domain.Task, error) {
 	var ev domain.Event
+	ctx, then := s.staging(ctx, q, &ev)
 	return s.repo.Update(ctx, key(q, id), func(t *domain.Task) error {
 		next, e, err := r(*t, s.clock.Now())
 		if err != nil {
@@ -138,7 +139,7 @@ func (s *Service) transition(ctx context.Context, q *domain.Queue, id string, r 
 		}
 		*t, ev = next, e
 		return nil
-	}, s.recorder(ctx, q, &ev))
+	}, then)
 }
 
 // recorder returns the Then that records *ev once its change is stored. The
@@ -146,7 +147,50 @@ func (s *Service) transition(ctx context.Context, q *domain.Queue, id string, r 
 // the event log and watchers see a task's changes in the order they were
 // stored, while the writes themselves proceed side by side.
 func (s *Service) recorder(ctx context.Context, q *domain.Queue, ev *domain.Event) ports.Then {
+	if st, ok := ctx.Value(stagedKey{}).(*staged); ok && st.ev == ev {
+		return func(domain.Task) error {
+			if st.logged {
+				return s.announce(q, *ev)
+			}
+			return s.record(ctx, q, *ev)
+		}
+	}
 	return func(domain.Task) error { return s.record(ctx, q, *ev) }
+}
+
+// A repository that keeps the event log in its own database
+// (adapters/postgres) writes a change's line in the change's transaction,
+// so that store and log never disagree. It finds the event in the
+// context of the call, with StagedEvent: the use case puts it there with
+// staging before calling the repository, and fills it in before the
+// repository commits (in fn, or before Create). Once the repository wrote
+// the line, the change's Then does not append it again.
+type staged struct {
+	ev      *domain.Event
+	archive bool
+	logged  bool
+}
+
+type stagedKey struct{}
+
+// staging is ctx carrying ev, the event the change made under it records,
+// and the Then that records it (see recorder).
+func (s *Service) staging(ctx context.Context, q *domain.Queue, ev *domain.Event) (context.Context, ports.Then) {
+	ctx = context.WithValue(ctx, stagedKey{}, &staged{ev: ev, archive: q.Settings.ArchivePayloads})
+	return ctx, s.recorder(ctx, q, ev)
+}
+
+// StagedEvent is the event of the change a repository is storing under
+// ctx, if the use case staged one, and logged, which the repository calls
+// once it wrote the event's line in the change's own transaction. It is to
+// be called after the change's fn ran, just before COMMIT. archive is the
+// queue's archivePayloads setting.
+func StagedEvent(ctx context.Context) (ev domain.Event, archive bool, logged func(), ok bool) {
+	st, ok := ctx.Value(stagedKey{}).(*staged)
+	if !ok || st.ev.Kind == "" {
+		return domain.Event{}, false, nil, false
+	}
+	return *st.ev, st.archive, func() { st.logged = true }, true
 }
 
 // record makes one stored transition known: the event log first (a line is
@@ -155,6 +199,12 @@ func (s *Service) record(ctx context.Context, q *domain.Queue, ev domain.Event) 
 	if err := s.log.Append(ctx, ev, q.Settings.ArchivePayloads); err != nil {
 		return fmt.Errorf("log %s of %s: %w", ev.Kind, ev.Task.ID, err)
 	}
+	return s.announce(q, ev)
+}
+
+// announce tells metrics and waiters of a stored transition whose line is
+// written.
+func (s *Service) announce(q *domain.Queue, ev domain.Event) error {
 	s.observer.Observe(ev)
 	s.notifier.Publish(ev)
 	s.watchDelay(q, ev.Task)

@@ -116,6 +116,7 @@ func (s *Service) apply(ctx context.Context, q *domain.Queue, id string, due dom
 func (s *Service) clean(ctx context.Context, q *domain.Queue, id string) error {
 	now := s.clock.Now()
 	var ev domain.Event
+	ctx, then := s.staging(ctx, q, &ev)
 	err := s.repo.Delete(ctx, key(q, id), func(t domain.Task) error {
 		// Checked on the stored record: a fetch may have landed since the scan.
 		if domain.DueAt(t, q.Settings, now) != domain.DueClean {
@@ -123,7 +124,7 @@ func (s *Service) clean(ctx context.Context, q *domain.Queue, id string) error {
 		}
 		ev = t.Clean(now)
 		return nil
-	}, s.recorder(ctx, q, &ev))
+	}, then)
 	if errors.Is(err, errNotDue) || errors.Is(err, domain.ErrNotFound) {
 		return nil
 	}

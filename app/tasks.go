@@ -135,7 +135,7 @@ func (s *Service) create(ctx context.Context, q *domain.Queue, user string, item
 	var t domain.Task
 	var ev domain.Event
 	stored := false
-	record := s.recorder(ctx, q, &ev)
+	sctx, record := s.staging(ctx, q, &ev)
 	for {
 		if id == "" {
 			var err error
@@ -144,7 +144,7 @@ func (s *Service) create(ctx context.Context, q *domain.Queue, user string, item
 			}
 		}
 		t, ev = domain.Post(id, q.Host, q.Name, item, user, s.clock.Now(), posting)
-		err := s.repo.Create(ctx, t, func(t domain.Task) error {
+		err := s.repo.Create(sctx, t, func(t domain.Task) error {
 			stored = true
 			return record(t)
 		})

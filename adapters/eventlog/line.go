@@ -149,3 +149,40 @@ func errorLen(t domain.Task) int {
 	}
 	return len(b)
 }
+
+// EncodeLine is ev's line as a day file holds it, newline included,
+// listing the archived bodies (Body.Name; nil: none): for an event log kept
+// elsewhere (adapters/postgres keeps its lines in the database), so every
+// log writes the same bytes.
+func EncodeLine(ev domain.Event, archived []string) []byte { return encodeLine(ev, archived) }
+
+// Body is one payload body an event archives: Name is what the line's
+// "archived" lists, File the archive file it goes to (ItemFile, …), Data
+// its bytes, and Appended whether it adds a line to the file (progress)
+// rather than replacing it.
+type Body struct {
+	Name, File string
+	Data       []byte
+	Appended   bool
+}
+
+// Bodies lists what ev archives under archivePayloads, as Log.Append
+// archives it; most events archive nothing.
+func Bodies(ev domain.Event) ([]Body, error) {
+	bodies, err := bodiesOf(ev)
+	out := make([]Body, len(bodies))
+	for i, b := range bodies {
+		out[i] = Body{Name: b.name, File: b.file, Data: b.data, Appended: b.appended}
+	}
+	return out, err
+}
+
+// DayOf is the day (YYYY-MM-DD, UTC) whose file an event at t goes to.
+func DayOf(t time.Time) string { return dayOf(t) }
+
+// ValidDay reports whether day names a day as the log API takes it
+// (YYYY-MM-DD).
+func ValidDay(day string) bool {
+	_, ok := dayOfName(day + ".jsonl")
+	return ok
+}

@@ -164,8 +164,19 @@ type Payload struct {
 	f       *os.File
 }
 
-// Close releases the file.
-func (p *Payload) Close() error { return p.f.Close() }
+// NewPayload is a Payload over size bytes of r, last changed at modTime:
+// for a body kept elsewhere than in a file (adapters/postgres).
+func NewPayload(r io.ReaderAt, size int64, modTime time.Time) *Payload {
+	return &Payload{SectionReader: io.NewSectionReader(r, 0, size), ModTime: modTime}
+}
+
+// Close releases the file, if any.
+func (p *Payload) Close() error {
+	if p.f == nil {
+		return nil
+	}
+	return p.f.Close()
+}
 
 // OpenPayload opens one archived body of a task: name is one of ItemFile,
 // ProgressFile, ResultFile, ErrorFile. Of progress.jsonl it gives the whole

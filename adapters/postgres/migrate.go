@@ -44,6 +44,33 @@ var migrations = []string{
 		queue text NOT NULL,
 		PRIMARY KEY (host, queue)
 	);`,
+	// 2: the event log (log.go).
+	`CREATE TABLE log_days (
+		day  text   PRIMARY KEY, -- YYYY-MM-DD, UTC
+		size bigint NOT NULL     -- the bytes of its placed lines: the day file's size
+	);
+	CREATE TABLE event_lines (
+		seq   bigserial PRIMARY KEY, -- insertion order
+		day   text      NOT NULL,
+		off   bigint,                -- the line's byte offset in its day file; NULL until placed
+		host  text      NOT NULL,
+		queue text      NOT NULL,
+		id    text      NOT NULL,
+		line  bytea     NOT NULL     -- eventlog.EncodeLine, newline included
+	);
+	CREATE UNIQUE INDEX event_lines_off ON event_lines (day, off);
+	CREATE INDEX event_lines_unplaced ON event_lines (seq) WHERE off IS NULL;`,
+	// 3: the payload archive (log.go).
+	`CREATE TABLE payloads (
+		host     text        NOT NULL,
+		queue    text        NOT NULL,
+		id       text        NOT NULL,
+		file     text        NOT NULL, -- eventlog.ItemFile, ProgressFile, ResultFile, ErrorFile
+		body     bytea       NOT NULL,
+		modified timestamptz NOT NULL,
+		PRIMARY KEY (host, queue, id, file)
+	);
+	CREATE INDEX payloads_modified ON payloads (modified);`,
 }
 
 // migrationLock is the advisory lock key that serialises migrations: any

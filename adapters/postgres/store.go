@@ -23,6 +23,9 @@
 // accepts (re-checking that it is still claimable), so it never claims a
 // task the query rejects nor holds up tasks other queries want.
 //
+// Event lines. With WriteLines, a change's event line is written in its
+// own transaction, before COMMIT (log.go).
+//
 // Then runs after COMMIT. Running it before COMMIT would publish changes
 // nobody can read yet: a claim woken by a post would look, miss the
 // uncommitted task and go back to sleep with the task pending. So a change
@@ -79,6 +82,8 @@ type Store struct {
 	queues map[domain.QueueRef]*queue
 
 	pauses pauseCache
+
+	staged Staged // nil: no event lines in the change's transaction (log.go)
 }
 
 // Open connects to the database at url (a postgres:// URL or a key=value

@@ -68,7 +68,8 @@ func checkUpdate(cur, next domain.Task) (domain.Task, []byte, error) {
 	return stored, data, nil
 }
 
-// Create stores a new task in one statement: the primary key refuses a
+// Create stores a new task in one statement (with its posted line, when
+// the store writes lines: log.go, in one transaction): the primary key refuses a
 // taken id (ErrExists), the unique index a taken idempotency key
 // (ErrKeyTaken), so of posts racing with one key exactly one is stored.
 func (s *Store) Create(ctx context.Context, t domain.Task, then ports.Then) error {
@@ -76,20 +77,56 @@ func (s *Store) Create(ctx context.Context, t domain.Task, then ports.Then) erro
 	if err != nil {
 		return err
 	}
+	if s.staged != nil {
+		return s.createLogged(ctx, stored, data, then)
+	}
 	q := s.queue(domain.KeyOf(t).Ref())
 	ticket := q.seq.take(t.ID)
 	_, err = s.pool.Exec(ctx, `INSERT INTO tasks (`+columns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, row(stored, data)...)
 	if err != nil {
 		_ = q.seq.run(ticket, t.ID, nil)
-		switch c, ok := uniqueViolation(err); {
-		case ok && c == "tasks_pkey":
-			return fmt.Errorf("create task %s: %w", t.ID, domain.ErrExists)
-		case ok && c == "tasks_idempotency_key":
-			return fmt.Errorf("create task %s: %w", t.ID, domain.ErrKeyTaken)
-		}
-		return fail("create task "+t.ID, err)
+		return createFailed(t.ID, err)
 	}
 	return q.seq.run(ticket, t.ID, func() error { return then.Call(stored) })
+}
+
+// createLogged stores a new task and its posted line in one transaction:
+// one statement when no body is archived.
+func (s *Store) createLogged(ctx context.Context, stored domain.Task, data []byte, then ports.Then) error {
+	if ev, archive, logged, ok := s.staged(ctx); ok && !archive {
+		q := s.queue(domain.KeyOf(stored).Ref())
+		ticket := q.seq.take(stored.ID)
+		_, err := s.pool.Exec(ctx, `WITH task AS (
+				INSERT INTO tasks (`+columns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING 1)
+			`+insertLineSQL+` SELECT $12, $1, $2, $3, $13 FROM task`,
+			append(row(stored, data), lineArgs(ev)...)...)
+		if err != nil {
+			_ = q.seq.run(ticket, stored.ID, nil)
+			return createFailed(stored.ID, err)
+		}
+		logged()
+		return q.seq.run(ticket, stored.ID, func() error { return then.Call(stored) })
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return fail("create task "+stored.ID, err)
+	}
+	defer rollback(tx)
+	if _, err := tx.Exec(ctx, `INSERT INTO tasks (`+columns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, row(stored, data)...); err != nil {
+		return createFailed(stored.ID, err)
+	}
+	return s.commit(ctx, tx, stored, func() error { return then.Call(stored) })
+}
+
+// createFailed is the error of a refused INSERT of task id.
+func createFailed(id string, err error) error {
+	switch c, ok := uniqueViolation(err); {
+	case ok && c == "tasks_pkey":
+		return fmt.Errorf("create task %s: %w", id, domain.ErrExists)
+	case ok && c == "tasks_idempotency_key":
+		return fmt.Errorf("create task %s: %w", id, domain.ErrKeyTaken)
+	}
+	return fail("create task "+id, err)
 }
 
 // Get returns the current record of a task, once the Then of its latest
@@ -169,6 +206,9 @@ func (s *Store) change(ctx context.Context, tx pgx.Tx, data []byte, fn func(*dom
 // commit commits tx, the change of t, and runs then (stored) in t's
 // queue's turn.
 func (s *Store) commit(ctx context.Context, tx pgx.Tx, t domain.Task, then func() error) error {
+	if err := s.stageLine(ctx, tx); err != nil {
+		return err
+	}
 	q := s.queue(domain.KeyOf(t).Ref())
 	ticket := q.seq.take(t.ID)
 	if err := tx.Commit(ctx); err != nil {

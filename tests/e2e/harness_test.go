@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,12 +13,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/taskhoster/taskhoster/internal/pgtest"
 	"github.com/taskhoster/taskhoster/tests/testbin"
@@ -276,13 +280,20 @@ func (s *server) post(queue, token, item string) string {
 // events reads every line of the event log, in file order across days.
 func (s *server) events() []map[string]any {
 	s.t.Helper()
+	var days [][]byte
+	if url := s.databaseURL(); url != "" {
+		days = [][]byte{databaseLines(s.t, url)}
+	}
 	files, _ := filepath.Glob(filepath.Join(s.log, "tasks", "*.jsonl"))
-	var out []map[string]any
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			s.t.Fatal(err)
 		}
+		days = append(days, data)
+	}
+	var out []map[string]any
+	for _, data := range days {
 		for _, line := range bytes.Split(bytes.TrimSpace(data), []byte("\n")) {
 			if len(line) == 0 {
 				continue
@@ -293,6 +304,47 @@ func (s *server) events() []map[string]any {
 			}
 			out = append(out, ev)
 		}
+	}
+	return out
+}
+
+// databaseURL is the --database-url of a server on PostgreSQL, "" for one
+// on files.
+func (s *server) databaseURL() string {
+	args := s.cmd.Args
+	for i := range args {
+		if args[i] == "--database-url" && i+1 < len(args) && slices.Contains(args, "postgres") {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// databaseLines is every line of the event log in the database at url,
+// in day and offset order: the day files' bytes, one after the other.
+func databaseLines(t *testing.T, url string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT line FROM event_lines ORDER BY day, off`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	for rows.Next() {
+		var line []byte
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, line...)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

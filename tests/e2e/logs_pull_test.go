@@ -76,13 +76,20 @@ func (s *server) finishTask(queue string, n int) string {
 // mirror should hold, as they are in the files.
 func (s *server) readableLines() []string {
 	s.t.Helper()
+	var days [][]byte
+	if url := s.databaseURL(); url != "" {
+		days = append(days, databaseLines(s.t, url))
+	}
 	files, _ := filepath.Glob(filepath.Join(s.log, "tasks", "*.jsonl"))
-	var out []string
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			s.t.Fatal(err)
 		}
+		days = append(days, data)
+	}
+	var out []string
+	for _, data := range days {
 		for _, line := range strings.Split(strings.TrimSuffix(string(data), "\n"), "\n") {
 			var ev struct{ Host, Queue string }
 			if json.Unmarshal([]byte(line), &ev) == nil && ev.Host == host && slices.Contains(aliceReads(), ev.Queue) {

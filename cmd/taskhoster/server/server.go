@@ -145,7 +145,7 @@ func Options(cfg Config, logger *zap.Logger) fx.Option {
 // log folder, flushed on its own.
 func storeModules(cfg Config) fx.Option {
 	if cfg.Store == "postgres" {
-		return fx.Options(PostgresModule, LogOnlyModule)
+		return fx.Options(PostgresModule, PostgresLogModule)
 	}
 	return fx.Options(DurableModule, StoreModule, EventLogModule)
 }
@@ -258,57 +258,46 @@ var PostgresModule = fx.Module("postgres",
 	}),
 )
 
-// LogOnlyModule is the event log and the Syncer beside the PostgreSQL
-// store. A change is durable once its COMMIT returns (synchronous_commit
-// on, PostgreSQL's default), so there is no journal: under --sync always
-// a Sync flushes the event log's day files (fdatasync) and nothing else,
-// without group commit. The event log moves into the database in a later
-// step of issue 14.
-var LogOnlyModule = fx.Module("eventlog",
-	fx.Provide(func(lc fx.Lifecycle, cfg Config) (*eventlog.Log, ports.EventLog, ports.Syncer, error) {
-		l, err := eventlog.Open(cfg.Logs)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		lc.Append(fx.StopHook(func() error {
-			return errors.Join(l.Sync(), l.Close())
-		}))
-		return l, l, logSyncer{log: l, flush: cfg.Sync == "always"}, nil
+// PostgresLogModule is the event log in the PostgreSQL database
+// (postgres.Log): the store writes each change's line in the change's own
+// transaction (postgres.Store.WriteLines, finding the event the use case
+// staged: app.StagedEvent), so store and log never disagree and the
+// start-up repair has nothing to do. The log API reads the same table. A
+// change is durable once its COMMIT returns (synchronous_commit on,
+// PostgreSQL's default), its line with it, so the Syncer has nothing to
+// flush. Archived payload bodies are rows of the same database.
+var PostgresLogModule = fx.Module("pglog",
+	fx.Provide(func(s *postgres.Store) (ports.EventLog, ports.Syncer, logPruner, httpapi.LogReader) {
+		s.WriteLines(app.StagedEvent)
+		l := s.Log()
+		return l, nopSyncer{}, l, l
 	}),
 )
 
-// logSyncer flushes the event log's day files when flush is set.
-type logSyncer struct {
-	log   *eventlog.Log
-	flush bool
-}
+// nopSyncer: nothing is left to flush once a COMMIT returned.
+type nopSyncer struct{}
 
-func (s logSyncer) Sync(ctx context.Context) error {
-	if !s.flush {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := s.log.Sync(); err != nil {
-		return &domain.Error{Kind: domain.KindUnavailable, Code: domain.CodeLogUnavailable, Message: "the event log cannot be flushed", Err: err}
-	}
-	return nil
+func (nopSyncer) Sync(ctx context.Context) error { return ctx.Err() }
+
+// logPruner deletes the event log's days older than the kept window
+// (eventlog.Log, postgres.Log).
+type logPruner interface {
+	Prune(ctx context.Context, now time.Time, days int) error
 }
 
 // EventLogModule opens the event log; on stop it flushes and closes it.
 // Its lines go to the journal too (nowhere under --sync none).
 var EventLogModule = fx.Module("eventlog",
-	fx.Provide(func(lc fx.Lifecycle, cfg Config, d *durable.Syncer) (*eventlog.Log, ports.EventLog, error) {
+	fx.Provide(func(lc fx.Lifecycle, cfg Config, d *durable.Syncer) (*eventlog.Log, ports.EventLog, logPruner, httpapi.LogReader, error) {
 		l, err := eventlog.Open(cfg.Logs)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		l.UseJournal(d.Root(durable.Logs))
 		lc.Append(fx.StopHook(func() error {
 			return errors.Join(l.Sync(), l.Close())
 		}))
-		return l, l, nil
+		return l, l, l, eventlog.NewReader(cfg.Logs), nil
 	}),
 )
 
@@ -393,6 +382,9 @@ var ServiceModule = fx.Module("app",
 			}
 			// The corrupt reports go first: a task set aside has its failed
 			// line by then, and is not taken for one whose clean was cut.
+			if cfg.Store == "postgres" {
+				return nil // the log is written with the changes: nothing is ever cut
+			}
 			_, err := svc.RepairLog(ctx, config.Queues(), eventlog.NewReader(cfg.Logs))
 			return err
 		}))
@@ -406,7 +398,7 @@ var ServiceModule = fx.Module("app",
 // started after a while away clears what aged out meanwhile at once), then
 // one tick a minute at most.
 var SweepModule = fx.Module("sweep",
-	fx.Invoke(func(lc fx.Lifecycle, cfg Config, svc *app.Service, config ports.Config, log *eventlog.Log, logger *zap.Logger) {
+	fx.Invoke(func(lc fx.Lifecycle, cfg Config, svc *app.Service, config ports.Config, log logPruner, logger *zap.Logger) {
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		due := make(chan time.Time, 1)
@@ -457,12 +449,12 @@ type Ready struct{ atomic.Bool }
 // in flight finish for up to ShutdownGrace.
 var HTTPModule = fx.Module("httpapi",
 	fx.Provide(func() *Ready { return &Ready{} }),
-	fx.Provide(func(cfg Config, svc *app.Service, config ports.Config, m *metrics.Metrics, sockets httpapi.Sockets, logger *zap.Logger) *httpapi.API {
+	fx.Provide(func(cfg Config, svc *app.Service, config ports.Config, m *metrics.Metrics, sockets httpapi.Sockets, logs httpapi.LogReader, logger *zap.Logger) *httpapi.API {
 		return httpapi.New(svc, config, httpapi.Options{
 			Logger:     logger,
 			Middleware: []func(http.Handler) http.Handler{httpapi.RequestLog(logger.Named("http")), m.Middleware},
 			Sockets:    sockets,
-			Logs:       eventlog.NewReader(cfg.Logs),
+			Logs:       logs,
 		})
 	}),
 	fx.Invoke(func(lc fx.Lifecycle, cfg Config, api *httpapi.API, svc *app.Service, ready *Ready, logger *zap.Logger) {
