@@ -331,7 +331,9 @@ func databaseLines(t *testing.T, url string) []byte {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT line FROM event_lines ORDER BY day, off`)
+	// Lines not placed yet (off NULL: no reader has asked since they were
+	// committed) will be placed after the others, in insertion order.
+	rows, err := conn.Query(ctx, `SELECT line FROM event_lines ORDER BY day, off NULLS LAST, seq`)
 	if err != nil {
 		t.Fatal(err)
 	}
