@@ -71,11 +71,14 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	startCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// Catch the signals before the listeners open: a SIGTERM that comes
+	// while the last start hooks run (clients are served by then) waits for
+	// Start and stops the server cleanly, instead of killing it.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	if err := graph.Start(startCtx); err != nil {
 		return failed(err)
 	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	got := <-sig
 	logger.Info("shutting down", zap.String("signal", got.String()))
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), time.Minute)
