@@ -114,6 +114,7 @@ func version(initdb string) int {
 type Cluster struct {
 	Port int
 	dir  string
+	bin  string
 	cmd  *exec.Cmd
 	done chan struct{}
 }
@@ -126,7 +127,7 @@ func Start(bin string) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{dir: dir, done: make(chan struct{})}
+	c := &Cluster{dir: dir, bin: bin, done: make(chan struct{})}
 	if err := c.start(bin); err != nil {
 		c.Stop()
 		return nil, err
@@ -153,12 +154,20 @@ func (c *Cluster) start(bin string) error {
 	if c.Port, err = freePort(); err != nil {
 		return err
 	}
-	c.cmd = exec.Command(filepath.Join(bin, "postgres"), "-D", data,
+	return c.run(cred)
+}
+
+// run starts the server on the cluster's data folder and port and waits
+// until it takes connections.
+func (c *Cluster) run(cred *syscall.Credential) error {
+	data := filepath.Join(c.dir, "data")
+	c.done = make(chan struct{})
+	c.cmd = exec.Command(filepath.Join(c.bin, "postgres"), "-D", data,
 		"-c", "listen_addresses=127.0.0.1", "-c", "port="+strconv.Itoa(c.Port),
 		"-c", "unix_socket_directories="+c.dir, "-c", "fsync=off",
 		"-c", "full_page_writes=off", "-c", "max_connections=300")
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true}
-	log, err := os.Create(filepath.Join(c.dir, "server.log"))
+	log, err := os.OpenFile(filepath.Join(c.dir, "server.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
@@ -167,12 +176,74 @@ func (c *Cluster) start(bin string) error {
 		log.Close()
 		return fmt.Errorf("start postgres: %w", err)
 	}
+	cmd, done := c.cmd, c.done
 	go func() {
-		_ = c.cmd.Wait()
+		_ = cmd.Wait()
 		log.Close()
-		close(c.done)
+		close(done)
 	}()
 	return c.ready()
+}
+
+// Halt shuts the server down (fast shutdown: open sessions are ended,
+// what was committed is on disc) and keeps its data folder, for Resume.
+func (c *Cluster) Halt() error {
+	if c.cmd == nil || c.cmd.Process == nil {
+		return errors.New("the cluster is not running")
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-c.done:
+		return nil
+	case <-time.After(20 * time.Second):
+		return errors.New("postgres did not stop within 20 s")
+	}
+}
+
+// Crash kills the server and every backend with SIGKILL, as a crash
+// does, and keeps its data folder: Resume recovers it from the WAL.
+// (With fsync off only a crash of the machine could lose committed
+// data; a crash of the processes cannot.)
+func (c *Cluster) Crash() error {
+	if c.cmd == nil || c.cmd.Process == nil {
+		return errors.New("the cluster is not running")
+	}
+	_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL) // the process group: postmaster and backends
+	select {
+	case <-c.done:
+	case <-time.After(20 * time.Second):
+		return errors.New("postgres did not die within 20 s of SIGKILL")
+	}
+	// Backends die with the group; wait until none holds the data folder.
+	deadline := time.Now().Add(10 * time.Second)
+	for syscall.Kill(-c.cmd.Process.Pid, 0) == nil {
+		if time.Now().After(deadline) {
+			return errors.New("postgres backends still alive 10 s after SIGKILL")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// Resume starts a halted or crashed server again on the same data folder
+// and port, and waits until it takes connections.
+func (c *Cluster) Resume() error {
+	select {
+	case <-c.done:
+	default:
+		return errors.New("the cluster is still running")
+	}
+	cred, err := credential()
+	if err != nil {
+		return err
+	}
+	return c.run(cred)
+}
+
+// Log is the server's log so far (of every run of it).
+func (c *Cluster) Log() string {
+	out, _ := os.ReadFile(filepath.Join(c.dir, "server.log"))
+	return string(out)
 }
 
 // ready waits until the server takes connections.
@@ -204,7 +275,7 @@ func (c *Cluster) URL(name string) string {
 
 // Stop shuts the server down (fast shutdown) and removes its folder.
 func (c *Cluster) Stop() {
-	if c.cmd != nil && c.cmd.Process != nil {
+	if c.cmd != nil && c.cmd.Process != nil && !c.exited() {
 		_ = c.cmd.Process.Signal(syscall.SIGINT)
 		select {
 		case <-c.done:
@@ -214,6 +285,16 @@ func (c *Cluster) Stop() {
 		}
 	}
 	_ = os.RemoveAll(c.dir)
+}
+
+// exited reports whether the server's last run has ended.
+func (c *Cluster) exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // credential is whom the server runs as: nil (this process's user), or the

@@ -139,6 +139,7 @@ func (r *report) cut(kind string) {
 // checker holds the three witnesses, indexed: what the clients were told,
 // what the store holds and what the log says.
 type checker struct {
+	opts   checkOptions
 	h      histories
 	store  store
 	rules  map[string]queueRules // by queue
@@ -175,7 +176,20 @@ type mendedLine struct{ id, event string }
 const maxInFlight = 64
 
 func check(h histories, s store, rules map[string]queueRules, events []event, torn, kills int, mended []event, settled bool) *report {
-	c := &checker{
+	return checkWith(checkOptions{pauseSlack: pauseSlack}, h, s, rules, events, torn, kills, mended, settled)
+}
+
+// checkOptions are the allowances a run's setup calls for.
+type checkOptions struct {
+	// pauseSlack (ms) is how long after a pause's answer a claim may still
+	// be logged: pauseSlack on one server; more where a pause set through
+	// one server reaches the others only after a while.
+	pauseSlack int64
+}
+
+// checkWith is check with the allowances of opts.
+func checkWith(opts checkOptions, h histories, s store, rules map[string]queueRules, events []event, torn, kills int, mended []event, settled bool) *report {
+	c := &checker{opts: opts,
 		h: h, store: s, rules: rules, events: map[string][]event{},
 		r:     &report{Kills: kills, CutKinds: map[string]int{}, MendedKinds: map[string]int{}, Priorities: map[int][2]int{}},
 		sends: map[string][]resultRecord{}, releases: map[claimKey][]releaseRecord{}, postOf: map[string]postRecord{},

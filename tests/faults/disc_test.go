@@ -76,41 +76,52 @@ func (s *store) readDir(dir, queue, state string) error {
 		if err != nil {
 			return err
 		}
-		var rec struct {
-			ID       string
-			Status   string
-			Attempts int
-			Item     struct{ Tag string }
-			// A pointer, to tell a result without a tag from no result.
-			Result    *struct{ Tag string }
-			Failure   *struct{ Tag string }
-			Error     *string
-			FetchedAt *int64
-			NotBefore *int64
-			Priority  int
-			Key       string `json:"idempotencyKey"`
-		}
-		if err := json.Unmarshal(data, &rec); err != nil || rec.ID != id {
+		t, ok := parseTask(data, id, queue, state)
+		if !ok {
 			s.debris = append(s.debris, path+" (unreadable)")
 			continue
 		}
 		if old, twice := s.tasks[id]; twice {
 			s.debris = append(s.debris, fmt.Sprintf("task %s in both %s and %s", id, old.Dir, state))
 		}
-		t := storedTask{ID: id, Queue: queue, Dir: state, Status: rec.Status, ItemTag: rec.Item.Tag, Attempts: rec.Attempts,
-			Fetched: rec.FetchedAt != nil, NotBefore: rec.NotBefore, Priority: rec.Priority, Key: rec.Key}
-		if rec.Result != nil {
-			t.ResultTag = rec.Result.Tag
-		}
-		if rec.Failure != nil {
-			t.FailureTag = rec.Failure.Tag
-		}
-		if rec.Error != nil {
-			t.Error = *rec.Error
-		}
 		s.tasks[id] = t
 	}
 	return nil
+}
+
+// parseTask reads what the checker needs of one task record (a task
+// file, or a tasks row's record on PostgreSQL: the same JSON), stored in
+// state. It reports false when the record is unreadable or not task id's.
+func parseTask(data []byte, id, queue, state string) (storedTask, bool) {
+	var rec struct {
+		ID       string
+		Status   string
+		Attempts int
+		Item     struct{ Tag string }
+		// A pointer, to tell a result without a tag from no result.
+		Result    *struct{ Tag string }
+		Failure   *struct{ Tag string }
+		Error     *string
+		FetchedAt *int64
+		NotBefore *int64
+		Priority  int
+		Key       string `json:"idempotencyKey"`
+	}
+	if err := json.Unmarshal(data, &rec); err != nil || rec.ID != id {
+		return storedTask{}, false
+	}
+	t := storedTask{ID: id, Queue: queue, Dir: state, Status: rec.Status, ItemTag: rec.Item.Tag, Attempts: rec.Attempts,
+		Fetched: rec.FetchedAt != nil, NotBefore: rec.NotBefore, Priority: rec.Priority, Key: rec.Key}
+	if rec.Result != nil {
+		t.ResultTag = rec.Result.Tag
+	}
+	if rec.Failure != nil {
+		t.FailureTag = rec.Failure.Tag
+	}
+	if rec.Error != nil {
+		t.Error = *rec.Error
+	}
+	return t, true
 }
 
 // event is what the checker needs of one event log line.
@@ -129,18 +140,29 @@ type event struct {
 // does not parse is counted as torn (a crash cut a write short, or the next
 // line ran into such a fragment) rather than stopping the check.
 func readLog(logs string) (events []event, torn int, err error) {
+	events, _, torn, err = readLogMarking(logs, nil)
+	return events, torn, err
+}
+
+// readLogMarking is readLog that also says which of the events are lines
+// mark holds (each line as often as mark counts it).
+func readLogMarking(logs string, mark map[string]int) (events []event, marked []bool, torn int, err error) {
 	files, err := filepath.Glob(filepath.Join(logs, "tasks", "*.jsonl"))
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	for _, name := range files { // Glob sorts: YYYY-MM-DD names sort by day
 		f, err := os.Open(name)
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 1<<20), 1<<24)
 		for sc.Scan() {
+			isMarked := mark[sc.Text()] > 0
+			if isMarked {
+				mark[sc.Text()]--
+			}
 			var line struct {
 				ID, Event, Status, Queue, At string
 				Error                        *string
@@ -167,11 +189,12 @@ func readLog(logs string) (events []event, torn int, err error) {
 				ev.Worker = *line.Worker
 			}
 			events = append(events, ev)
+			marked = append(marked, isMarked)
 		}
 		err = errors.Join(sc.Err(), f.Close())
 		if err != nil {
-			return nil, 0, fmt.Errorf("read %s: %w", name, err)
+			return nil, nil, 0, fmt.Errorf("read %s: %w", name, err)
 		}
 	}
-	return events, torn, nil
+	return events, marked, torn, nil
 }

@@ -170,8 +170,9 @@ type runner struct {
 	port    int
 	current *process
 
-	errors map[string]int // error-level server log messages over the run
-	mended []event        // event lines the servers' start-up repairs appended
+	errors  map[string]int // error-level server log messages over the run
+	mended  []event        // event lines the servers' start-up repairs appended
+	startup map[string]int // with folders.snapshotLog: the lines the servers' start-ups appended, raw
 }
 
 // start starts a server and waits until it listens.
@@ -235,6 +236,7 @@ func (r *runner) killDuringStartup(d time.Duration) bool {
 // data race fails the run at once; error lines are reported at the end.
 func (r *runner) absorb(p *process) {
 	r.t.Helper()
+	startup := p.startupLines()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.trouble) > 0 {
@@ -244,6 +246,12 @@ func (r *runner) absorb(p *process) {
 		r.errors[msg] += n
 	}
 	r.mended = append(r.mended, p.mended...)
+	for line, n := range startup {
+		if r.startup == nil {
+			r.startup = map[string]int{}
+		}
+		r.startup[line] += n
+	}
 }
 
 // logServerErrors lists the error lines the servers logged, for the report.
@@ -317,15 +325,25 @@ type clients struct {
 // also give tasks back and fail them. On the ops queue (SPEC §12) keyed and
 // batch producers post, a manager cancels, retries and pauses, and HTTP
 // workers (one claiming several at once) and a socket worker work.
-func startClients(a *api) *clients {
+//
+// With several servers (apis, one per server) the clients are dealt out
+// over them in turn, so that every kind of client runs on each when there
+// are two.
+func startClients(apis ...*api) *clients {
 	c := &clients{stopProducing: make(chan struct{}), stopWork: make(chan struct{})}
+	dealt := 0
+	next := func() *api {
+		a := apis[dealt%len(apis)]
+		dealt++
+		return a
+	}
 	add := func() *history {
 		h := &history{}
 		c.hists = append(c.hists, h)
 		return h
 	}
 	for i := range 4 {
-		p := &producer{name: fmt.Sprintf("prod-%d", i), queue: queue, api: a}
+		p := &producer{name: fmt.Sprintf("prod-%d", i), queue: queue, api: next()}
 		if i == 3 {
 			p.name, p.slow = "slowprod-0", true
 		}
@@ -333,19 +351,19 @@ func startClients(a *api) *clients {
 		c.producers.Go(func() { p.run(c.stopProducing) })
 	}
 	for i := range 2 {
-		p := &producer{name: fmt.Sprintf("rprod-%d", i), queue: retryQueue, options: true, api: a}
+		p := &producer{name: fmt.Sprintf("rprod-%d", i), queue: retryQueue, options: true, api: next()}
 		p.hist = add()
 		c.producers.Go(func() { p.run(c.stopProducing) })
 	}
 	// Keyed posts and cancels (a DELETE) go over connections of their own:
 	// see unreused.
-	c.manager = &manager{name: "manager-0", api: a.unreused()}
+	c.manager = &manager{name: "manager-0", api: next().unreused()}
 	for i := range 2 {
-		p := &keyProducer{name: fmt.Sprintf("kprod-%d", i), api: a.unreused(), hist: add()}
+		p := &keyProducer{name: fmt.Sprintf("kprod-%d", i), api: next().unreused(), hist: add()}
 		c.manager.from = append(c.manager.from, p.hist)
 		c.producers.Go(func() { p.run(c.stopProducing) })
 	}
-	bp := &batchProducer{name: "bprod-0", api: a, hist: add()}
+	bp := &batchProducer{name: "bprod-0", api: next(), hist: add()}
 	c.manager.from = append(c.manager.from, bp.hist)
 	c.producers.Go(func() { bp.run(c.stopProducing) })
 	c.manager.hist = add()
@@ -358,7 +376,7 @@ func startClients(a *api) *clients {
 		{"ohttp-0", opsQueue, steady}, {"ohold-0", opsQueue, holder}, {"omany-0", opsQueue, many},
 	}
 	for _, hw := range httpWorkers {
-		w := &httpWorker{name: hw.name, queue: hw.queue, mode: hw.mode, api: a}
+		w := &httpWorker{name: hw.name, queue: hw.queue, mode: hw.mode, api: next()}
 		w.hist = add()
 		if hw.queue == opsQueue {
 			c.manager.held = append(c.manager.held, w.hist)
@@ -375,7 +393,7 @@ func startClients(a *api) *clients {
 		{"osock-0", opsQueue, 3, false, false},
 	}
 	for _, sw := range sockWorkers {
-		w := &sockWorker{name: sw.name, queue: sw.queue, claims: sw.claims, drop: sw.drop, giver: sw.giver, api: a}
+		w := &sockWorker{name: sw.name, queue: sw.queue, claims: sw.claims, drop: sw.drop, giver: sw.giver, api: next()}
 		w.hist = add()
 		c.workers.Go(func() { w.run(c.stopWork) })
 	}

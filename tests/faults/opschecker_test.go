@@ -277,7 +277,7 @@ func (c *checker) pauses() {
 				continue
 			}
 			for _, s := range spans {
-				if ev.Queue == s.queue && ev.At > s.from+pauseSlack && ev.At < s.till {
+				if ev.Queue == s.queue && ev.At > s.from+c.opts.pauseSlack && ev.At < s.till {
 					c.r.fail(&c.r.PausedClaims, "task %s was claimed (attempts %d, by %s) at %d, %d ms after the %s queue's pause was answered and before a resume was sent",
 						id, ev.Attempts, ev.Worker, ev.At, ev.At-s.from, s.queue)
 				}

@@ -74,8 +74,16 @@ var runQueues = map[string]queueRules{
 	opsQueue:   {Manage: true},
 }
 
-// folders are a server's hosts, items and logs folders, kept across restarts.
-type folders struct{ hosts, items, logs string }
+// folders are a server's hosts, items and logs folders, kept across
+// restarts, and the flags it is served with beyond the usual ones (a store
+// other than the files, for one).
+type folders struct {
+	hosts, items, logs string
+	extra              []string
+	// snapshotLog has each server note its event log's lines as it
+	// spawns and as it listens: what lies between is its start-up's.
+	snapshotLog bool
+}
 
 func newFolders(t *testing.T) folders {
 	t.Helper()
@@ -91,7 +99,7 @@ func newFolders(t *testing.T) folders {
 		}
 		_ = os.RemoveAll(root)
 	})
-	f := folders{filepath.Join(root, "hosts"), filepath.Join(root, "items"), filepath.Join(root, "logs")}
+	f := folders{hosts: filepath.Join(root, "hosts"), items: filepath.Join(root, "items"), logs: filepath.Join(root, "logs")}
 	for name, rules := range runQueues {
 		queueFile := filepath.Join(f.hosts, host, "taskhoster-queues", name+".json")
 		if err := os.MkdirAll(filepath.Dir(queueFile), 0o755); err != nil {
@@ -146,6 +154,11 @@ type process struct {
 	errors   map[string]int // error-level log messages and how often each came
 	bindFail bool           // it could not bind the port (a restart came too soon)
 	mended   []event        // the event lines its start-up repair appended
+
+	// With folders.snapshotLog: the log's lines by file as it was spawned
+	// and as it listened (nil if it never did).
+	logDir           string
+	before, listened map[string][]string
 }
 
 // repairedMsg is what a server logs for each event line its start-up
@@ -158,17 +171,23 @@ const tailLines = 40
 // spawn starts a server on f listening on 127.0.0.1:port. It does not wait
 // for the listener; see waitListening.
 func spawn(f folders, port int) (*process, error) {
-	cmd := exec.Command(binary, "serve",
+	cmd := exec.Command(binary, append([]string{"serve",
 		"--hosts", f.hosts, "--items", f.items, "--logs", f.logs,
 		"--addr", fmt.Sprintf("127.0.0.1:%d", port), "--admin-addr", "127.0.0.1:0",
 		"--sync", "always", "--sweep", "100ms",
-	)
+	}, f.extra...)...)
 	cmd.Env = append(os.Environ(), "GORACE=halt_on_error=1")
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
 	}
 	p := &process{cmd: cmd, exited: make(chan struct{}), listening: make(chan struct{}), errors: map[string]int{}}
+	if f.snapshotLog {
+		p.logDir = f.logs
+		if p.before, err = logLines(f.logs); err != nil {
+			return nil, err
+		}
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -207,6 +226,12 @@ func (p *process) readLog(r io.Reader) {
 		}
 		p.mu.Unlock()
 		if isJSON && entry.Msg == "listening" && entry.Listener == "api" {
+			if p.logDir != "" {
+				lines, _ := logLines(p.logDir)
+				p.mu.Lock()
+				p.listened = lines
+				p.mu.Unlock()
+			}
 			close(p.listening)
 		}
 	}
@@ -258,6 +283,23 @@ func (p *process) stop(timeout time.Duration) error {
 	return nil
 }
 
+// startupLines are the event lines the server appended between its spawn
+// and its listening (to its exit, if it never listened): its start-up
+// repair's, with folders.snapshotLog; nil without. Raw lines, by count.
+func (p *process) startupLines() map[string]int {
+	if p.logDir == "" {
+		return nil
+	}
+	p.mu.Lock()
+	after := p.listened
+	p.mu.Unlock()
+	if after == nil {
+		<-p.exited
+		after, _ = logLines(p.logDir)
+	}
+	return appended(p.before, after)
+}
+
 // diedOnItsOwn reports whether the server exited without being told to.
 func (p *process) diedOnItsOwn() bool {
 	select {
@@ -280,14 +322,19 @@ func start(f folders, port int) (*process, error) {
 	const tries = 10
 	var err error
 	var mended []event
+	var before map[string][]string
 	for try := range tries {
 		var p *process
 		if p, err = spawn(f, port); err != nil {
 			return nil, err
 		}
+		if try == 0 {
+			before = p.before
+		}
 		if err = p.waitListening(60 * time.Second); err == nil {
 			p.mu.Lock()
 			p.mended = append(mended, p.mended...)
+			p.before = before // the tries that failed to bind had start-ups too
 			p.mu.Unlock()
 			return p, nil
 		}
