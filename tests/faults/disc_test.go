@@ -140,61 +140,59 @@ type event struct {
 // does not parse is counted as torn (a crash cut a write short, or the next
 // line ran into such a fragment) rather than stopping the check.
 func readLog(logs string) (events []event, torn int, err error) {
-	events, _, torn, err = readLogMarking(logs, nil)
-	return events, torn, err
-}
-
-// readLogMarking is readLog that also says which of the events are lines
-// mark holds (each line as often as mark counts it).
-func readLogMarking(logs string, mark map[string]int) (events []event, marked []bool, torn int, err error) {
 	files, err := filepath.Glob(filepath.Join(logs, "tasks", "*.jsonl"))
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, 0, err
 	}
 	for _, name := range files { // Glob sorts: YYYY-MM-DD names sort by day
 		f, err := os.Open(name)
 		if err != nil {
-			return nil, nil, 0, err
+			return nil, 0, err
 		}
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 1<<20), 1<<24)
 		for sc.Scan() {
-			isMarked := mark[sc.Text()] > 0
-			if isMarked {
-				mark[sc.Text()]--
-			}
-			var line struct {
-				ID, Event, Status, Queue, At string
-				Error                        *string
-				Attempts                     int
-				Worker                       *string
-			}
-			if json.Unmarshal(sc.Bytes(), &line) != nil || line.ID == "" {
+			ev, ok, ours := parseLine(sc.Bytes())
+			if !ok {
 				torn++
 				continue
 			}
-			if _, ours := runQueues[line.Queue]; !ours {
-				continue
+			if ours {
+				events = append(events, ev)
 			}
-			at, err := time.Parse(time.RFC3339Nano, line.At)
-			if err != nil {
-				torn++
-				continue
-			}
-			ev := event{ID: line.ID, Queue: line.Queue, Event: line.Event, Status: line.Status, Attempts: line.Attempts, At: at.UnixMilli()}
-			if line.Error != nil {
-				ev.Error = *line.Error
-			}
-			if line.Worker != nil {
-				ev.Worker = *line.Worker
-			}
-			events = append(events, ev)
-			marked = append(marked, isMarked)
 		}
-		err = errors.Join(sc.Err(), f.Close())
-		if err != nil {
-			return nil, nil, 0, fmt.Errorf("read %s: %w", name, err)
+		if err := errors.Join(sc.Err(), f.Close()); err != nil {
+			return nil, 0, fmt.Errorf("read %s: %w", name, err)
 		}
 	}
-	return events, marked, torn, nil
+	return events, torn, nil
+}
+
+// parseLine reads one event line: ok is false for one that does not parse
+// (torn), ours whether it is of one of the run's queues.
+func parseLine(b []byte) (ev event, ok, ours bool) {
+	var line struct {
+		ID, Event, Status, Queue, At string
+		Error                        *string
+		Attempts                     int
+		Worker                       *string
+	}
+	if json.Unmarshal(b, &line) != nil || line.ID == "" {
+		return event{}, false, false
+	}
+	at, err := time.Parse(time.RFC3339Nano, line.At)
+	if err != nil {
+		return event{}, false, false
+	}
+	if _, ours = runQueues[line.Queue]; !ours {
+		return event{}, true, false
+	}
+	ev = event{ID: line.ID, Queue: line.Queue, Event: line.Event, Status: line.Status, Attempts: line.Attempts, At: at.UnixMilli()}
+	if line.Error != nil {
+		ev.Error = *line.Error
+	}
+	if line.Worker != nil {
+		ev.Worker = *line.Worker
+	}
+	return ev, true, true
 }

@@ -170,9 +170,8 @@ type runner struct {
 	port    int
 	current *process
 
-	errors  map[string]int // error-level server log messages over the run
-	mended  []event        // event lines the servers' start-up repairs appended
-	startup map[string]int // with folders.snapshotLog: the lines the servers' start-ups appended, raw
+	errors map[string]int // error-level server log messages over the run
+	mended []event        // event lines the servers' start-up repairs appended
 }
 
 // start starts a server and waits until it listens.
@@ -236,7 +235,6 @@ func (r *runner) killDuringStartup(d time.Duration) bool {
 // data race fails the run at once; error lines are reported at the end.
 func (r *runner) absorb(p *process) {
 	r.t.Helper()
-	startup := p.startupLines()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.trouble) > 0 {
@@ -246,12 +244,6 @@ func (r *runner) absorb(p *process) {
 		r.errors[msg] += n
 	}
 	r.mended = append(r.mended, p.mended...)
-	for line, n := range startup {
-		if r.startup == nil {
-			r.startup = map[string]int{}
-		}
-		r.startup[line] += n
-	}
 }
 
 // logServerErrors lists the error lines the servers logged, for the report.

@@ -80,9 +80,6 @@ var runQueues = map[string]queueRules{
 type folders struct {
 	hosts, items, logs string
 	extra              []string
-	// snapshotLog has each server note its event log's lines as it
-	// spawns and as it listens: what lies between is its start-up's.
-	snapshotLog bool
 }
 
 func newFolders(t *testing.T) folders {
@@ -154,11 +151,6 @@ type process struct {
 	errors   map[string]int // error-level log messages and how often each came
 	bindFail bool           // it could not bind the port (a restart came too soon)
 	mended   []event        // the event lines its start-up repair appended
-
-	// With folders.snapshotLog: the log's lines by file as it was spawned
-	// and as it listened (nil if it never did).
-	logDir           string
-	before, listened map[string][]string
 }
 
 // repairedMsg is what a server logs for each event line its start-up
@@ -182,12 +174,6 @@ func spawn(f folders, port int) (*process, error) {
 		return nil, err
 	}
 	p := &process{cmd: cmd, exited: make(chan struct{}), listening: make(chan struct{}), errors: map[string]int{}}
-	if f.snapshotLog {
-		p.logDir = f.logs
-		if p.before, err = logLines(f.logs); err != nil {
-			return nil, err
-		}
-	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -226,12 +212,6 @@ func (p *process) readLog(r io.Reader) {
 		}
 		p.mu.Unlock()
 		if isJSON && entry.Msg == "listening" && entry.Listener == "api" {
-			if p.logDir != "" {
-				lines, _ := logLines(p.logDir)
-				p.mu.Lock()
-				p.listened = lines
-				p.mu.Unlock()
-			}
 			close(p.listening)
 		}
 	}
@@ -283,23 +263,6 @@ func (p *process) stop(timeout time.Duration) error {
 	return nil
 }
 
-// startupLines are the event lines the server appended between its spawn
-// and its listening (to its exit, if it never listened): its start-up
-// repair's, with folders.snapshotLog; nil without. Raw lines, by count.
-func (p *process) startupLines() map[string]int {
-	if p.logDir == "" {
-		return nil
-	}
-	p.mu.Lock()
-	after := p.listened
-	p.mu.Unlock()
-	if after == nil {
-		<-p.exited
-		after, _ = logLines(p.logDir)
-	}
-	return appended(p.before, after)
-}
-
 // diedOnItsOwn reports whether the server exited without being told to.
 func (p *process) diedOnItsOwn() bool {
 	select {
@@ -322,19 +285,14 @@ func start(f folders, port int) (*process, error) {
 	const tries = 10
 	var err error
 	var mended []event
-	var before map[string][]string
 	for try := range tries {
 		var p *process
 		if p, err = spawn(f, port); err != nil {
 			return nil, err
 		}
-		if try == 0 {
-			before = p.before
-		}
 		if err = p.waitListening(60 * time.Second); err == nil {
 			p.mu.Lock()
 			p.mended = append(mended, p.mended...)
-			p.before = before // the tries that failed to bind had start-ups too
 			p.mu.Unlock()
 			return p, nil
 		}
