@@ -79,20 +79,8 @@ func TestFaults(t *testing.T) {
 	kills, startupKills, shutdownKills := 0, 0, 0
 	for cycle := range cycles {
 		time.Sleep(minRun + time.Duration(rng.Int64N(int64(maxRun-minRun))))
-		if rng.IntN(shutdownKillOdds) == 0 {
-			r.killDuringShutdown(time.Duration(rng.Int64N(int64(shutdownKillMax))))
-			shutdownKills++
-		} else {
-			r.kill()
-		}
-		kills++
-		if rng.IntN(startupKillOdds) == 0 {
-			if r.killDuringStartup(time.Duration(rng.Int64N(int64(startupKillMax)))) {
-				startupKills++
-			}
-			kills++
-		}
-		time.Sleep(time.Duration(rng.Int64N(int64(maxDowntime))))
+		k := r.killAtRandom(rng)
+		kills, startupKills, shutdownKills = kills+k.kills, startupKills+k.startup, shutdownKills+k.shutdown
 		if cycle < cycles-1 {
 			r.start()
 		}
@@ -229,6 +217,32 @@ func (r *runner) killDuringStartup(d time.Duration) bool {
 	p.kill()
 	r.absorb(p)
 	return early
+}
+
+// killCount is what one killAtRandom did.
+type killCount struct{ kills, startup, shutdown int }
+
+// killAtRandom kills the running server: with SIGKILL, or (one time in
+// shutdownKillOdds) during a clean shutdown; one time in startupKillOdds it
+// also kills the next start-up, while it recovers the folder. Then it
+// waits a random downtime. The caller starts the server again.
+func (r *runner) killAtRandom(rng *rand.Rand) killCount {
+	var k killCount
+	if rng.IntN(shutdownKillOdds) == 0 {
+		r.killDuringShutdown(time.Duration(rng.Int64N(int64(shutdownKillMax))))
+		k.shutdown++
+	} else {
+		r.kill()
+	}
+	k.kills++
+	if rng.IntN(startupKillOdds) == 0 {
+		if r.killDuringStartup(time.Duration(rng.Int64N(int64(startupKillMax)))) {
+			k.startup++
+		}
+		k.kills++
+	}
+	time.Sleep(time.Duration(rng.Int64N(int64(maxDowntime))))
+	return k
 }
 
 // absorb keeps what a finished server logged that matters: a panic or a

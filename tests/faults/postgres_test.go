@@ -91,20 +91,8 @@ func TestFaultsPostgres(t *testing.T) {
 		which := rng.IntN(len(rs))
 		r := rs[which]
 		killedOf[which]++
-		if rng.IntN(shutdownKillOdds) == 0 {
-			r.killDuringShutdown(time.Duration(rng.Int64N(int64(shutdownKillMax))))
-			shutdownKills++
-		} else {
-			r.kill()
-		}
-		kills++
-		if rng.IntN(startupKillOdds) == 0 {
-			if r.killDuringStartup(time.Duration(rng.Int64N(int64(startupKillMax)))) {
-				startupKills++
-			}
-			kills++
-		}
-		time.Sleep(time.Duration(rng.Int64N(int64(maxDowntime))))
+		k := r.killAtRandom(rng)
+		kills, startupKills, shutdownKills = kills+k.kills, startupKills+k.startup, shutdownKills+k.shutdown
 		r.start()
 	}
 
