@@ -43,9 +43,11 @@ type Matcher interface {
 // that is current at that moment.
 //
 // Then. Each change may take a Then, called with the record just stored
-// (for Delete, the record removed) once the change is stored and before any
-// later change of the same queue is stored: the Then calls of one queue run
-// one at a time, in store order. A Get sees a change only once its Then has
+// (for Delete, the record removed) once the change is stored. The Then
+// calls of one queue run one at a time, in store order: the file store's
+// index runs a Then before it stores the queue's next change; a database
+// store may commit later changes first, as long as their Thens wait their
+// turn. A Get (on the same server) sees a change only once its Then has
 // returned. That is where a caller logs and announces a change, so that
 // everyone sees a task's changes in store order, and a watcher that
 // subscribes before it reads misses nothing (app.Service.Watch). If Then
