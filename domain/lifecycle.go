@@ -199,10 +199,7 @@ func (t Task) Release(worker string, delay time.Duration, reason json.RawMessage
 // again (after the backoff or delay), or failed for good once its attempts
 // are spent. reason, when given, replaces the task's failure.
 func (t Task) comeBack(kind EventKind, cause string, delay time.Duration, reason json.RawMessage, r Retry, now time.Time) (Task, Event) {
-	worker := ""
-	if t.Lease != nil {
-		worker = t.Lease.Worker
-	}
+	worker := t.leaseHolder()
 	if !IsNull(reason) {
 		t.Failure = reason
 	}
@@ -255,16 +252,7 @@ func (t Task) Fail(worker string, reason json.RawMessage, now time.Time) (Task, 
 // error "cancelled". Its worker, if any, can no longer report on it: every
 // later progress, heartbeat, give-back or result is refused.
 func (t Task) Cancel(now time.Time) (Task, Event, error) {
-	if t.Status.Terminal() {
-		return t, Event{}, ErrTerminal
-	}
-	worker := ""
-	if t.Lease != nil {
-		worker = t.Lease.Worker
-	}
-	t = t.end(Failed, now)
-	t.Error = ptr(CancelledError)
-	return t, Event{Kind: EventCancelled, At: now, Worker: worker, Task: t}, nil
+	return t.failWith(CancelledError, EventCancelled, now)
 }
 
 // Retry puts a failed task back to pending with a fresh attempts budget:
@@ -304,16 +292,28 @@ const (
 // Timeout fails a task that outlived its queue: the one failure the server
 // itself declares. It is final; a later result is refused.
 func (t Task) Timeout(now time.Time) (Task, Event, error) {
+	return t.failWith(TimeoutError, EventTimeout, now)
+}
+
+// failWith ends a task that is not terminal yet as failed with error code,
+// for a reason of the server's or a user's (not its worker's): the event
+// names the worker that held it, if one did.
+func (t Task) failWith(code string, kind EventKind, now time.Time) (Task, Event, error) {
 	if t.Status.Terminal() {
 		return t, Event{}, ErrTerminal
 	}
-	worker := ""
-	if t.Lease != nil {
-		worker = t.Lease.Worker
-	}
+	worker := t.leaseHolder()
 	t = t.end(Failed, now)
-	t.Error = ptr(TimeoutError)
-	return t, Event{Kind: EventTimeout, At: now, Worker: worker, Task: t}, nil
+	t.Error = ptr(code)
+	return t, Event{Kind: kind, At: now, Worker: worker, Task: t}, nil
+}
+
+// leaseHolder is the worker holding t's lease, "" for none.
+func (t Task) leaseHolder() string {
+	if t.Lease == nil {
+		return ""
+	}
+	return t.Lease.Worker
 }
 
 // Fetch records the first read of a terminal task by a producer, which starts

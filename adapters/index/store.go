@@ -373,42 +373,13 @@ func (s *Store) Counts(ref domain.QueueRef) ports.Counts {
 	return q.counts()
 }
 
-// checkNew vets a task for Create and returns the record to keep with its
-// stored form. The names become path elements in a durable store, so they
-// must be valid; the record must read back from its stored form, or the next
-// start-up would call it corrupt. The index keeps what a restart would load
-// (readBack), with or without a Persister.
-func checkNew(t domain.Task) (domain.Task, []byte, error) {
-	switch {
-	case !domain.ValidHost(t.Host):
-		return domain.Task{}, nil, domain.E(domain.KindInvalid, domain.CodeInvalidTask, "bad host name %q", t.Host)
-	case !domain.ValidName(t.Queue):
-		return domain.Task{}, nil, domain.E(domain.KindInvalid, domain.CodeInvalidTask, "bad queue name %q", t.Queue)
-	case !domain.ValidID(t.ID):
-		return domain.Task{}, nil, domain.E(domain.KindInvalid, domain.CodeInvalidTask, "bad task id %q", t.ID)
-	}
-	data := domain.EncodeTask(t)
-	stored, err := readBack(t, data)
-	if err != nil {
-		return domain.Task{}, nil, &domain.Error{Kind: domain.KindInvalid, Code: domain.CodeInvalidTask, Message: "record does not hold together", Err: err}
-	}
-	return stored, data, nil
-}
+// checkNew and checkUpdate are domain.VetNew and VetChange with the
+// index's readBack: the index keeps what a restart would load, with or
+// without a Persister. Every stored change of every store passes here.
+func checkNew(t domain.Task) (domain.Task, []byte, error) { return domain.VetNew(t, readBack) }
 
-// checkUpdate vets what an update's fn left: a legal move of the state
-// machine from cur (domain.CheckTransition, which also keeps the task's
-// identity, so its queue and file name), still a record that reads back from
-// its stored form. Every stored change of every store passes here.
 func checkUpdate(cur, next domain.Task) (domain.Task, []byte, error) {
-	if err := domain.CheckTransition(cur, next); err != nil {
-		return domain.Task{}, nil, err
-	}
-	data := domain.EncodeTask(next)
-	stored, err := readBack(next, data)
-	if err != nil {
-		return domain.Task{}, nil, &domain.Error{Kind: domain.KindInternal, Code: domain.CodeInvalidTask, Message: "update left a record that does not hold together", Err: err}
-	}
-	return stored, data, nil
+	return domain.VetChange(cur, next, readBack)
 }
 
 // ByKey returns the current record of the task of ref holding idempotency

@@ -34,38 +34,11 @@ func decode(data []byte) (domain.Task, error) {
 	return t, nil
 }
 
-// checkNew vets a new task: names by their grammars, and a record that
-// reads back from its stored form.
-func checkNew(t domain.Task) (domain.Task, []byte, error) {
-	switch {
-	case !domain.ValidHost(t.Host):
-		return domain.Task{}, nil, domain.E(domain.KindInvalid, domain.CodeInvalidTask, "bad host name %q", t.Host)
-	case !domain.ValidName(t.Queue):
-		return domain.Task{}, nil, domain.E(domain.KindInvalid, domain.CodeInvalidTask, "bad queue name %q", t.Queue)
-	case !domain.ValidID(t.ID):
-		return domain.Task{}, nil, domain.E(domain.KindInvalid, domain.CodeInvalidTask, "bad task id %q", t.ID)
-	}
-	data := domain.EncodeTask(t)
-	stored, err := domain.DecodeTask(data)
-	if err != nil {
-		return domain.Task{}, nil, &domain.Error{Kind: domain.KindInvalid, Code: domain.CodeInvalidTask, Message: "record does not hold together", Err: err}
-	}
-	return stored, data, nil
-}
+// checkNew and checkUpdate are domain.VetNew and VetChange, decoding.
+func checkNew(t domain.Task) (domain.Task, []byte, error) { return domain.VetNew(t, domain.Decode) }
 
-// checkUpdate vets what fn left: a legal move from cur
-// (domain.CheckTransition, which also keeps the task's identity), and a
-// record that reads back from its stored form.
 func checkUpdate(cur, next domain.Task) (domain.Task, []byte, error) {
-	if err := domain.CheckTransition(cur, next); err != nil {
-		return domain.Task{}, nil, err
-	}
-	data := domain.EncodeTask(next)
-	stored, err := domain.DecodeTask(data)
-	if err != nil {
-		return domain.Task{}, nil, &domain.Error{Kind: domain.KindInternal, Code: domain.CodeInvalidTask, Message: "update left a record that does not hold together", Err: err}
-	}
-	return stored, data, nil
+	return domain.VetChange(cur, next, domain.Decode)
 }
 
 // Create stores a new task in one statement (with its posted line, when

@@ -1,0 +1,49 @@
+package domain
+
+// What every store checks before it stores a record, so that the stores
+// cannot drift apart: a new task's names (they become keys, and in the file
+// store paths), a change's legality (CheckTransition), and that the record
+// reads back from its stored form (or the next start-up would call it
+// corrupt). readBack turns the stored form back into the record a restart
+// would load: DecodeTask, or a store's faster equivalent.
+
+// ReadBack is DecodeTask(data) for data = EncodeTask(t), however a store
+// computes it.
+type ReadBack func(t Task, data []byte) (Task, error)
+
+// Decode is the ReadBack that decodes.
+func Decode(_ Task, data []byte) (Task, error) { return DecodeTask(data) }
+
+// VetNew checks a task for Create and returns the record to keep with its
+// stored form.
+func VetNew(t Task, readBack ReadBack) (Task, []byte, error) {
+	switch {
+	case !ValidHost(t.Host):
+		return Task{}, nil, E(KindInvalid, CodeInvalidTask, "bad host name %q", t.Host)
+	case !ValidName(t.Queue):
+		return Task{}, nil, E(KindInvalid, CodeInvalidTask, "bad queue name %q", t.Queue)
+	case !ValidID(t.ID):
+		return Task{}, nil, E(KindInvalid, CodeInvalidTask, "bad task id %q", t.ID)
+	}
+	data := EncodeTask(t)
+	stored, err := readBack(t, data)
+	if err != nil {
+		return Task{}, nil, &Error{Kind: KindInvalid, Code: CodeInvalidTask, Message: "record does not hold together", Err: err}
+	}
+	return stored, data, nil
+}
+
+// VetChange checks what an update left in place of cur: a legal move of
+// the state machine (which keeps the task's identity), and a record that
+// reads back. It returns the record to keep with its stored form.
+func VetChange(cur, next Task, readBack ReadBack) (Task, []byte, error) {
+	if err := CheckTransition(cur, next); err != nil {
+		return Task{}, nil, err
+	}
+	data := EncodeTask(next)
+	stored, err := readBack(next, data)
+	if err != nil {
+		return Task{}, nil, &Error{Kind: KindInternal, Code: CodeInvalidTask, Message: "update left a record that does not hold together", Err: err}
+	}
+	return stored, data, nil
+}
