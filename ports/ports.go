@@ -21,6 +21,12 @@ type Counts struct {
 	// call, every pending task with a notBefore). So it may still count a
 	// task whose time has come since; the next look makes it claimable.
 	Delayed int
+	// Failed is how many of the done tasks failed (the rest finished).
+	Failed int
+	// Oldest is the EligibleAt of the claimable task that has waited
+	// longest (the zero time when none waits): the queue's age, which a
+	// dashboard and a metric show to say whether workers keep up.
+	Oldest time.Time
 }
 
 // Matcher decides whether a worker's claim query accepts an item.

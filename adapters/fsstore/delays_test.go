@@ -63,7 +63,7 @@ func TestReopenKeepsDelaysAndPriorities(t *testing.T) {
 			t.Errorf("task %s after reopen (-want +got):\n%s", id, diff)
 		}
 	}
-	if got := again.Counts(ref); got != (ports.Counts{Pending: 5, Processing: 1, Delayed: 2}) {
+	if got := countsOf(again, ref); got != (ports.Counts{Pending: 5, Processing: 1, Delayed: 2}) {
 		t.Errorf("counts after reopen = %+v", got)
 	}
 	var order []string

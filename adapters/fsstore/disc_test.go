@@ -197,7 +197,7 @@ func TestReopen(t *testing.T) {
 			t.Errorf("task %s after reopen (-want +got):\n%s", k.ID, diff)
 		}
 	}
-	if got, want := again.Counts(ref), (ports.Counts{Pending: 3, Processing: 1, Done: 2}); got != want {
+	if got, want := countsOf(again, ref), (ports.Counts{Pending: 3, Processing: 1, Done: 2, Failed: 1}); got != want {
 		t.Errorf("counts after reopen = %+v, want %+v", got, want)
 	}
 	var order []string
@@ -294,6 +294,9 @@ func TestRecoverInterruptedMove(t *testing.T) {
 				want.Processing = 1
 			case "done":
 				want.Done = 1
+				if c.want == domain.Failed {
+					want.Failed = 1
+				}
 			}
 			if got := s.Counts(ref); got != want {
 				t.Errorf("counts = %+v, want %+v", got, want)
@@ -349,7 +352,7 @@ func TestRecoverTempFilesAndForeignNames(t *testing.T) {
 		want[rel] = content
 	}
 	assertFiles(t, dir, want)
-	if got := s.Counts(ref); got != (ports.Counts{Pending: 1}) {
+	if got := countsOf(s, ref); got != (ports.Counts{Pending: 1}) {
 		t.Errorf("counts = %+v, want one pending", got)
 	}
 	if len(s.Recovered()) != 0 {
@@ -594,4 +597,12 @@ func TestClaimRemembersVerdicts(t *testing.T) {
 	if _, err := s.ClaimNext(ctx, ref, other, epoch, claimBy("box-1", epoch), nil); err != nil || other.Calls != 1 {
 		t.Errorf("claim with another query = %v after %d calls, want a task after 1", err, other.Calls)
 	}
+}
+
+// countsOf is s's counts of ref without Oldest, which the contract suite
+// checks; these tests count tasks.
+func countsOf(s *fsstore.Store, ref domain.QueueRef) ports.Counts {
+	c := s.Counts(ref)
+	c.Oldest = time.Time{}
+	return c
 }

@@ -56,7 +56,7 @@ func TestPausesSurviveRestarts(t *testing.T) {
 	for _, e := range logs.All() {
 		t.Errorf("the scan logged %q %v", e.Message, e.ContextMap())
 	}
-	if got := again.Counts(ref); got != (ports.Counts{Pending: 1}) || len(again.Recovered()) != 0 {
+	if got := countsOf(again, ref); got != (ports.Counts{Pending: 1}) || len(again.Recovered()) != 0 {
 		t.Errorf("counts %+v, recovered %v after reopen", got, again.Recovered())
 	}
 	// Churn leaves the pause alone (spares, moves, deletes).

@@ -34,6 +34,8 @@ type queue struct {
 	// task with a key whose Create is being written (so that a key is
 	// taken from the moment a Create decides to store it).
 	keys map[string]uint64
+	// failed counts the done tasks that failed (dirs[dirDone] holds both).
+	failed int
 }
 
 // degree is the B-trees' degree: nodes of up to 63 pointers keep the trees
@@ -149,6 +151,9 @@ func (q *queue) put(old, e *entry) {
 		q.enterPending(e)
 	} else {
 		q.dirs[e.state.dir()].ReplaceOrInsert(e)
+		if e.state == stateFailed {
+			q.failed++
+		}
 	}
 }
 
@@ -158,8 +163,8 @@ func (q *queue) put(old, e *entry) {
 func (q *queue) unindex(e *entry) {
 	if e.state == statePending {
 		q.leavePending(e)
-	} else {
-		q.dirs[e.state.dir()].Delete(e)
+	} else if _, had := q.dirs[e.state.dir()].Delete(e); had && e.state == stateFailed {
+		q.failed--
 	}
 }
 
@@ -226,6 +231,8 @@ func (q *queue) counts() ports.Counts {
 		Processing: q.dirs[dirProcessing].Len(),
 		Done:       q.dirs[dirDone].Len(),
 		Delayed:    q.pending.delayed.Len(),
+		Failed:     q.failed,
+		Oldest:     q.pending.oldest(),
 	}
 }
 

@@ -3,6 +3,7 @@ package index
 import (
 	"iter"
 	"slices"
+	"time"
 
 	"github.com/google/btree"
 )
@@ -226,4 +227,20 @@ func walkTree(tr *btree.BTreeG[*entry], less func(a, b *entry) bool, from *entry
 	} else {
 		tr.AscendGreaterOrEqual(from, past)
 	}
+}
+
+// oldest is the EligibleAt of the first claimable task of all levels (the
+// zero time when none): each level's first is its oldest, so this costs a
+// look per priority in use.
+func (ps *pendingSet) oldest() time.Time {
+	var at int64
+	for _, l := range ps.levels {
+		if e, ok := l.tasks.Min(); ok && (at == 0 || e.eligibleAt() < at) {
+			at = e.eligibleAt()
+		}
+	}
+	if at == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(at).UTC()
 }

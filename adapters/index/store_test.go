@@ -85,8 +85,8 @@ func TestPersister(t *testing.T) {
 	if got, _ := s.Get(ctx, k); !cmp.Equal(posted, got) {
 		t.Errorf("refused changes changed the index: %s", cmp.Diff(posted, got))
 	}
-	if got := s.Counts(k.Ref()); got != (ports.Counts{Pending: 1}) {
-		t.Errorf("counts = %+v after refused changes", got)
+	if got := s.Counts(k.Ref()); got.Pending != 1 || got.Processing+got.Done != 0 || got.Oldest.UnixMilli() != posted.EligibleAt() {
+		t.Errorf("counts = %+v after refused moves", got)
 	}
 	p.err = nil
 	if _, err := s.Update(ctx, k, claim, nil); err != nil {
@@ -292,7 +292,7 @@ func TestUpdateRefusesIllegalMoves(t *testing.T) {
 	if got, _ := s.Get(ctx, k); !cmp.Equal(posted, got) {
 		t.Errorf("refused moves changed the index: %s", cmp.Diff(posted, got))
 	}
-	if got := s.Counts(k.Ref()); got != (ports.Counts{Pending: 1}) {
+	if got := s.Counts(k.Ref()); got.Pending != 1 || got.Processing+got.Done != 0 || got.Oldest.UnixMilli() != posted.EligibleAt() {
 		t.Errorf("counts = %+v after refused moves", got)
 	}
 	if want := []string{"put a000000000000001 new->pending"}; !cmp.Equal(want, p.calls) {

@@ -73,12 +73,18 @@ func (s *Store) Counts(ref domain.QueueRef) ports.Counts {
 	ctx, cancel := shortCtx()
 	defer cancel()
 	var c ports.Counts
+	var oldest *int64
 	_ = s.pool.QueryRow(ctx, `SELECT
 			count(*) FILTER (WHERE stage = 0),
 			count(*) FILTER (WHERE stage = 1),
 			count(*) FILTER (WHERE stage = 2),
-			count(*) FILTER (WHERE stage = 0 AND not_before > $3)
-		FROM tasks WHERE host = $1 AND queue = $2`, ref.Host, ref.Queue, looked).Scan(&c.Pending, &c.Processing, &c.Done, &c.Delayed)
+			count(*) FILTER (WHERE stage = 0 AND not_before > $3),
+			count(*) FILTER (WHERE status = 'failed'),
+			min(eligible_at) FILTER (WHERE stage = 0 AND (not_before IS NULL OR not_before <= $3))
+		FROM tasks WHERE host = $1 AND queue = $2`, ref.Host, ref.Queue, looked).Scan(&c.Pending, &c.Processing, &c.Done, &c.Delayed, &c.Failed, &oldest)
+	if oldest != nil {
+		c.Oldest = time.UnixMilli(*oldest).UTC()
+	}
 	return c
 }
 

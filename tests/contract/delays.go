@@ -477,3 +477,60 @@ func cmpKeys(at1, at2 int64, id1, id2 string) int {
 	}
 	return 0
 }
+
+// testCountsFailedAndOldest: Counts tells failed from finished, and Oldest
+// is the EligibleAt of the claimable task that has waited longest, over
+// every priority, leaving out delayed and claimed tasks.
+func testCountsFailedAndOldest(t *testing.T, r ports.TaskRepository) {
+	ctx := context.Background()
+	if got := r.Counts(ref); !got.Oldest.IsZero() {
+		t.Errorf("oldest of an empty queue = %v, want zero", got.Oldest)
+	}
+	postWith(t, r, 1, 10, kindItem("image"), 0, -1)
+	postWith(t, r, 2, 20, kindItem("image"), 5, -1)
+	postWith(t, r, 3, 5, kindItem("image"), -1, 500) // delayed until 500 s
+	postWith(t, r, 4, 30, kindItem("image"), 0, -1)
+	postWith(t, r, 5, 40, kindItem("image"), 0, -1)
+	if _, _, err := r.Due(ctx, ref, at(100)); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string, want time.Time) {
+		t.Helper()
+		if got := r.Counts(ref).Oldest; !got.Equal(want) {
+			t.Errorf("%s: oldest = %v, want %v", when, got, want)
+		}
+	}
+	check("five posted", at(10))
+	if got := claimAt(t, r, nil, at(100)); got != ID(2) {
+		t.Fatalf("claim took %s, want %s", got, ID(2))
+	}
+	check("priority 5 claimed", at(10))
+	if got := claimAt(t, r, nil, at(100)); got != ID(1) {
+		t.Fatalf("claim took %s, want %s", got, ID(1))
+	}
+	check("oldest claimed", at(30))
+	// Task 2 finishes, task 1 fails: done counts both, Failed one.
+	if _, err := r.Update(ctx, key(2), finish("w", `{}`, at(110)), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Update(ctx, key(1), func(t *domain.Task) error {
+		next, _, err := t.Timeout(at(120))
+		*t = next
+		return err
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	assertCounts(t, r, ports.Counts{Pending: 3, Done: 2, Failed: 1, Delayed: 1})
+	for range 2 {
+		claimAt(t, r, nil, at(130))
+	}
+	check("only the delayed one left", time.Time{})
+	if _, _, err := r.Due(ctx, ref, at(600)); err != nil {
+		t.Fatal(err)
+	}
+	check("delay over", at(500))
+	if err := r.Delete(ctx, key(1), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	assertCounts(t, r, ports.Counts{Pending: 1, Processing: 2, Done: 1})
+}

@@ -117,7 +117,7 @@ func testClaimMatcherLeftPending(t *testing.T, r ports.TaskRepository) {
 	if got := claimID(t, r, images, 9); got != "" {
 		t.Errorf("image claim with nothing pending took %s", got)
 	}
-	assertCounts(t, r, ports.Counts{Pending: 1, Processing: 3, Done: 1})
+	assertCounts(t, r, ports.Counts{Pending: 1, Processing: 3, Done: 1, Failed: 1})
 }
 
 // More distinct queries than a repository may keep, interleaved, each
