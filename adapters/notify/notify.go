@@ -104,6 +104,16 @@ func (h *Hub) Await(ctx context.Context, q domain.QueueRef, try func() (claimed 
 	}
 }
 
+// Waiting is how many claims wait in q's line on this server.
+func (h *Hub) Waiting(q domain.QueueRef) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if l, ok := h.lines[q]; ok {
+		return l.Len()
+	}
+	return 0
+}
+
 // join puts a claim at the end of q's line.
 func (h *Hub) join(q domain.QueueRef) *waiter {
 	w := &waiter{hub: h, q: q, woken: make(chan struct{})}

@@ -235,3 +235,35 @@ func TestInterruptWakesEveryClaimAndCutsOffWatchers(t *testing.T) {
 	}
 	sub.Close()
 }
+
+// Waiting counts the claims in a queue's line: each joins as it starts to
+// wait and leaves when it returns, whether it took a task or gave up.
+func TestWaitingCountsTheLine(t *testing.T) {
+	h := NewHub()
+	other := domain.QueueRef{Host: resize.Host, Queue: "other"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tried := make(chan struct{}, 3)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			_ = h.Await(ctx, resize, func() (bool, error) { tried <- struct{}{}; return false, nil })
+		})
+	}
+	for range 3 {
+		<-tried
+	}
+	// A claim joins the line before its first try, so after three tries all
+	// three wait.
+	if got := h.Waiting(resize); got != 3 {
+		t.Errorf("waiting = %d, want 3", got)
+	}
+	if got := h.Waiting(other); got != 0 {
+		t.Errorf("waiting on another queue = %d, want 0", got)
+	}
+	cancel()
+	wg.Wait()
+	if got := h.Waiting(resize); got != 0 {
+		t.Errorf("waiting after every claim gave up = %d, want 0", got)
+	}
+}

@@ -42,6 +42,9 @@ func (s *Sockets) Work(w http.ResponseWriter, r *http.Request, q *domain.Queue, 
 		return
 	}
 	defer leave()
+	// Counted before the upgrade answers, so a client that has its socket
+	// is already counted.
+	defer s.connected(q.Ref())()
 	conn, err := s.upgrader.Upgrade(w, r, nil)
 	if err != nil {
 		return // the upgrader has answered the request

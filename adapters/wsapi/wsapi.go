@@ -97,6 +97,9 @@ type Sockets struct {
 	stop   chan struct{}  // closed by Close: every socket says goodbye
 	live   sync.WaitGroup // one per socket handler still running
 	open   map[string]int // open sockets by host
+	// workers counts the upgraded worker sockets of each queue, for the
+	// dashboard and the metrics (an entry goes with the queue's last).
+	workers map[domain.QueueRef]int
 }
 
 // New builds the socket endpoints over the use cases.
@@ -111,8 +114,39 @@ func New(svc *app.Service, opts Options) *Sockets {
 			// one: there is no cross-site request to forge.
 			CheckOrigin: func(*http.Request) bool { return true },
 		},
-		stop: make(chan struct{}),
-		open: make(map[string]int),
+		stop:    make(chan struct{}),
+		open:    make(map[string]int),
+		workers: make(map[domain.QueueRef]int),
+	}
+}
+
+// Open is how many sockets (worker and watch) of host are open, of the
+// --max-sockets it may have.
+func (s *Sockets) Open(host string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.open[host]
+}
+
+// Workers is how many worker sockets of q are connected.
+func (s *Sockets) Workers(q domain.QueueRef) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.workers[q]
+}
+
+// connected counts a worker socket of q in until the returned function
+// counts it out.
+func (s *Sockets) connected(q domain.QueueRef) (gone func()) {
+	s.mu.Lock()
+	s.workers[q]++
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		if s.workers[q]--; s.workers[q] == 0 {
+			delete(s.workers, q)
+		}
+		s.mu.Unlock()
 	}
 }
 

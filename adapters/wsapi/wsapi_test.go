@@ -50,6 +50,7 @@ type fixture struct {
 	log     *memlog.Log
 	q       *domain.Queue
 	url     string
+	sockets *wsapi.Sockets
 	workEnd chan struct{} // one value each time a Work handler returns
 }
 
@@ -68,6 +69,7 @@ func newFixture(t testing.TB, repo ports.TaskRepository, opts wsapi.Options) *fi
 		Clock: clock.System{}, Compiler: schema.Compiler{},
 	})
 	sockets := wsapi.New(f.svc, opts)
+	f.sockets = sockets
 	mux := http.NewServeMux()
 	mux.HandleFunc("/work", func(w http.ResponseWriter, r *http.Request) {
 		defer func() { f.workEnd <- struct{}{} }()
@@ -253,5 +255,28 @@ func TestHolderIsToldOfCancel(t *testing.T) {
 	got, err := f.repo.Get(ctx, domain.Key{Host: f.q.Host, Queue: f.q.Name, ID: ids[1]})
 	if err != nil || got.Status != domain.Failed || got.Error == nil || *got.Error != domain.CancelledError {
 		t.Errorf("cancelled task after its socket closed: %+v %v", got, err)
+	}
+}
+
+// Workers and Open count the sockets connected now: the dashboard's and the
+// metrics' "workers connected".
+func TestWorkersCountsConnectedSockets(t *testing.T) {
+	f := newFixture(t, index.New(), wsapi.Options{})
+	a, b := f.dial(t, "/work"), f.dial(t, "/work")
+	if got := f.sockets.Workers(f.q.Ref()); got != 2 {
+		t.Errorf("workers = %d, want 2", got)
+	}
+	if got := f.sockets.Open(f.q.Host); got != 2 {
+		t.Errorf("open sockets = %d, want 2", got)
+	}
+	_ = a.Close()
+	<-f.workEnd
+	if got := f.sockets.Workers(f.q.Ref()); got != 1 {
+		t.Errorf("workers after one left = %d, want 1", got)
+	}
+	_ = b.Close()
+	<-f.workEnd
+	if got := f.sockets.Workers(f.q.Ref()); got != 0 {
+		t.Errorf("workers after both left = %d, want 0", got)
 	}
 }

@@ -307,9 +307,12 @@ var EventLogModule = fx.Module("eventlog",
 // the news between the servers sharing the database over LISTEN/NOTIFY:
 // its start hook returns once the listener LISTENs, and it stops (sending
 // what is queued) before the store closes, having started after it.
+// The hub is also provided on its own: it knows the claims waiting here.
 var NotifyModule = fx.Module("notify",
-	fx.Provide(func(lc fx.Lifecycle, cfg Config, repo ports.TaskRepository, logger *zap.Logger) ports.Notifier {
-		hub := notify.NewHub(notify.WithPending(func(q domain.QueueRef) bool { return repo.Counts(q).Pending > 0 }))
+	fx.Provide(func(repo ports.TaskRepository) *notify.Hub {
+		return notify.NewHub(notify.WithPending(func(q domain.QueueRef) bool { return repo.Counts(q).Pending > 0 }))
+	}),
+	fx.Provide(func(lc fx.Lifecycle, cfg Config, hub *notify.Hub, repo ports.TaskRepository, logger *zap.Logger) ports.Notifier {
 		if cfg.Store != "postgres" {
 			return hub
 		}
@@ -492,7 +495,7 @@ var HTTPModule = fx.Module("httpapi",
 // runs once the listener no longer accepts, and before the event log is
 // flushed and the store closes.
 var WSModule = fx.Module("wsapi",
-	fx.Provide(func(lc fx.Lifecycle, cfg Config, svc *app.Service, logger *zap.Logger) httpapi.Sockets {
+	fx.Provide(func(lc fx.Lifecycle, cfg Config, svc *app.Service, logger *zap.Logger) *wsapi.Sockets {
 		s := wsapi.New(svc, wsapi.Options{
 			Logger:            logger.Named("ws"),
 			PingInterval:      cfg.WSPing,
@@ -502,6 +505,7 @@ var WSModule = fx.Module("wsapi",
 		lc.Append(fx.StopHook(s.Close))
 		return s
 	}),
+	fx.Provide(func(s *wsapi.Sockets) httpapi.Sockets { return s }),
 )
 
 // AdminModule serves /metrics, /healthz and /readyz on the admin listener.
