@@ -62,6 +62,7 @@ func New(svc *app.Service, config ports.Config, opt Options) *API {
 	r.Get("/_health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 	})
+	r.Get(DocumentPath, serveDocument)
 	r.Group(func(r chi.Router) {
 		r.Use(a.resolveHost)
 		r.Get("/", a.hostInfo)
