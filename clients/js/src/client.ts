@@ -113,20 +113,21 @@ export class Client {
    * or the signal, closes the socket.
    */
   async *watch(queue: string, id: string, opts: CallOptions = {}): AsyncGenerator<View, void, undefined> {
-    const ws = await this.dial(taskPath(queue, id) + "/watch", opts.signal);
     const views = new Inbox<View>();
-    ws.on("message", (data, isBinary) => {
-      try {
-        views.push(JSON.parse(isBinary ? data.toString() : String(data)) as View);
-      } catch (err) {
-        views.end(new Error(`watch ${queue}/${id}: a message is not a status view: ${String(err)}`));
-        ws.terminate();
-      }
+    const ws = await this.dial(taskPath(queue, id) + "/watch", opts.signal, (ws) => {
+      ws.on("message", (data) => {
+        try {
+          views.push(JSON.parse(String(data)) as View);
+        } catch (err) {
+          views.end(new Error(`watch ${queue}/${id}: a message is not a status view: ${String(err)}`));
+          ws.terminate();
+        }
+      });
+      ws.on("error", (err) => views.end(new Error(`watch ${queue}/${id}: ${err.message}`, { cause: err })));
+      ws.on("close", (code) =>
+        views.end(new Error(`watch ${queue}/${id}: the socket ended (code ${code}) before a terminal view`)),
+      );
     });
-    ws.on("error", (err) => views.end(new Error(`watch ${queue}/${id}: ${err.message}`, { cause: err })));
-    ws.on("close", (code) =>
-      views.end(new Error(`watch ${queue}/${id}: the socket ended (code ${code}) before a terminal view`)),
-    );
     const abort = () => {
       views.end(opts.signal?.reason ?? new Error("aborted"));
       ws.terminate();
@@ -147,49 +148,48 @@ export class Client {
   /**
    * Opens a WebSocket to the escaped path with the client's Host header and
    * token. A refused handshake rejects with the server's TaskhosterError.
+   * listen is called with the socket before it opens: the server's first
+   * message may come in the same packet as the handshake's answer, and is
+   * emitted before the returned promise's reactions run. Its listeners must
+   * take "error" events: they come also after a refused handshake.
    * For this package's own use (the watch and the worker socket).
    * @internal
    */
-  dial(path: string, signal?: AbortSignal): Promise<WebSocket> {
+  dial(path: string, signal: AbortSignal | undefined, listen: (ws: WebSocket) => void): Promise<WebSocket> {
     const url = this.#base.replace(/^http/, "ws") + path; // https → wss
     const headers: Record<string, string> = {};
     if (this.#token !== undefined) headers["authorization"] = `Bearer ${this.#token}`;
     if (this.#host !== undefined) headers["host"] = this.#host;
     signal?.throwIfAborted();
     const ws = new WebSocket(url, { headers, handshakeTimeout: handshakeTimeoutMs });
+    listen(ws);
     return new Promise((resolve, reject) => {
+      const settle = () => {
+        signal?.removeEventListener("abort", abort);
+        ws.off("open", open).off("error", error).off("unexpected-response", refused);
+      };
       const abort = () => {
+        settle();
         ws.terminate();
         reject(signal?.reason);
       };
-      const settle = () => {
-        signal?.removeEventListener("abort", abort);
-        ws.removeAllListeners("open").removeAllListeners("error").removeAllListeners("unexpected-response");
-      };
-      signal?.addEventListener("abort", abort, { once: true });
-      ws.once("open", () => {
+      const open = () => {
         settle();
         resolve(ws);
-      });
-      ws.once("error", (err) => {
+      };
+      const error = (err: Error) => {
         settle();
         reject(new Error(`dial ${path}: ${err.message}`, { cause: err }));
-      });
-      ws.once("unexpected-response", (req, res) => {
+      };
+      const refused = (req: http.ClientRequest, res: http.IncomingMessage) => {
+        settle();
         readBody(res, maxErrorBody).then(
-          (text) => {
-            settle();
-            ws.on("error", () => {}); // the aborted handshake's own error, now nobody's concern
-            req.destroy();
-            reject(errorFrom(res.statusCode ?? 0, text));
-          },
-          (err: Error) => {
-            settle();
-            req.destroy();
-            reject(err);
-          },
-        );
-      });
+          (text) => reject(errorFrom(res.statusCode ?? 0, text)),
+          (err: Error) => reject(err),
+        ).finally(() => req.destroy()); // then ws emits "error" and "close" to listen's handlers
+      };
+      signal?.addEventListener("abort", abort, { once: true });
+      ws.on("open", open).on("error", error).on("unexpected-response", refused);
     });
   }
 

@@ -433,7 +433,11 @@ class Run<Item> {
   async #open(signal: AbortSignal): Promise<Session> {
     let path = "/" + encodeURIComponent(this.o.queue) + "/work";
     if (this.o.name !== undefined) path += "?worker=" + encodeURIComponent(this.o.name);
-    return new Session(await this.o.client.dial(path, signal), this.log);
+    let s: Session | undefined;
+    await this.o.client.dial(path, signal, (ws) => {
+      s = new Session(ws, this.log);
+    });
+    return s as Session;
   }
 }
 
