@@ -181,12 +181,12 @@ export class Client {
         settle();
         reject(new Error(`dial ${path}: ${err.message}`, { cause: err }));
       };
-      const refused = (req: http.ClientRequest, res: http.IncomingMessage) => {
+      const refused = (_req: http.ClientRequest, res: http.IncomingMessage) => {
         settle();
         readBody(res, maxErrorBody).then(
           (text) => reject(errorFrom(res.statusCode ?? 0, text)),
           (err: Error) => reject(err),
-        ).finally(() => req.destroy()); // then ws emits "error" and "close" to listen's handlers
+        ).finally(() => ws.terminate()); // aborts the handshake: "error" and "close" go to listen's handlers
       };
       signal?.addEventListener("abort", abort, { once: true });
       ws.on("open", open).on("error", error).on("unexpected-response", refused);

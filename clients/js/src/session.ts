@@ -70,13 +70,17 @@ export class Session {
   constructor(ws: WebSocket, log: Logger) {
     this.#ws = ws;
     this.#log = log;
-    let silence: NodeJS.Timeout;
+    // The socket may still be opening: the clocks start once it is open.
+    let silence: NodeJS.Timeout | undefined;
+    let ping: NodeJS.Timeout | undefined;
     const alive = () => {
       clearTimeout(silence);
       silence = setTimeout(() => ws.terminate(), peerTimeoutMs);
     };
-    alive();
-    const ping = setInterval(() => ws.ping(), pingEveryMs);
+    ws.once("open", () => {
+      alive();
+      ping = setInterval(() => ws.ping(), pingEveryMs);
+    });
     ws.on("ping", alive); // ws answers pings with pongs on its own
     ws.on("pong", alive);
     ws.on("message", (data) => {
