@@ -21,8 +21,9 @@ export const queues = {
     settings: { leaseSeconds: 60 },
     access,
   },
-  // A one-second lease: a handler running longer needs heartbeats.
-  short: { item: {}, settings: { leaseSeconds: 1 }, access },
+  // A two-second lease: a handler running longer needs heartbeats (the
+  // Worker sends one every third of the lease, leaving slack for a busy machine).
+  short: { item: {}, settings: { leaseSeconds: 2 }, access },
 };
 
 export function binary() {

@@ -49,15 +49,15 @@ test("a worker with concurrency 2 runs two tasks at once and finishes them all",
 test("heartbeats keep the lease of a handler that runs past it", async (t) => {
   const server = await start(t, newDirs(t));
   const { alice, box } = clients(server);
-  const { id } = await alice.post("short", { slow: true }); // leaseSeconds 1; the sweep runs every 100 ms
+  const { id } = await alice.post("short", { slow: true }); // leaseSeconds 2; the sweep runs every 100 ms
   const outcomes = [];
   const worker = new Worker({
     client: box,
     queue: "short",
     limit: 1,
     onOutcome: (o) => outcomes.push(o),
-    // Three leases long: without heartbeats the sweep re-queues it meanwhile.
-    handler: () => new Promise((resolve) => setTimeout(() => resolve({ slept: 3 }), 3_000)),
+    // Two and a half leases long: without heartbeats the sweep re-queues it meanwhile.
+    handler: () => new Promise((resolve) => setTimeout(() => resolve({ slept: 5 }), 5_000)),
   });
   await worker.run();
   assert.equal(outcomes.length, 1);
