@@ -31,6 +31,22 @@ test:
 		echo "make test: PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb): the adapters/postgres tests SKIP; install postgresql, as .ci/run does"
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
+	$(MAKE) test-js
+
+# The TypeScript client (clients/js): installs its packages from the lock
+# file when node_modules is missing, compiles it and runs its tests (node
+# --test), which start $(BIN). Without Node 20 or later and npm they SKIP,
+# and this says so.
+NPM ?= npm
+.PHONY: test-js
+test-js: build
+	@if ! command -v node >/dev/null 2>&1 || ! command -v $(NPM) >/dev/null 2>&1; then \
+		echo "make test-js: node or npm is not installed: the JS client tests (clients/js) SKIP; install nodejs 20 or later and npm, as .ci/run does"; \
+	elif ! node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)'; then \
+		echo "make test-js: node $$(node --version) is older than 20: the JS client tests (clients/js) SKIP; install nodejs 20 or later"; \
+	else \
+		cd clients/js && { [ -d node_modules ] || $(NPM) ci --no-audit --no-fund; } && TASKHOSTER_BIN=$(CURDIR)/$(BIN) $(NPM) test; \
+	fi
 
 # Runs each Fuzz target of each package for FUZZTIME (go test -fuzz takes one
 # target at a time). A crasher is written to the package's testdata/fuzz/ and

@@ -1,0 +1,227 @@
+// The Worker against the real server: concurrency, heartbeats, give-back,
+// cancel, and reconnection after the server restarts.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { CancelledError, Client, Failure, Release, TaskhosterError, Worker } from "../dist/index.js";
+import { aliceToken, boxToken, deferred, host, newDirs, start, withTimeout } from "./harness.js";
+
+function clients(server) {
+  return {
+    alice: new Client(server.url, { host, token: aliceToken }),
+    box: new Client(server.url, { host, token: boxToken }),
+  };
+}
+
+test("a worker with concurrency 2 runs two tasks at once and finishes them all", async (t) => {
+  const server = await start(t, newDirs(t));
+  const { alice, box } = clients(server);
+  const ids = await alice.postBatch("jobs", [{ n: 1 }, { n: 2 }, { n: 3 }, { n: 4 }]);
+  let running = 0;
+  let most = 0;
+  const two = deferred(); // resolved once two handlers run side by side
+  const worker = new Worker({
+    client: box,
+    queue: "jobs",
+    concurrency: 2,
+    limit: 4,
+    handler: async (task) => {
+      running++;
+      most = Math.max(most, running);
+      if (running === 2) two.resolve();
+      // Neither of the first two returns before the other started, which a
+      // worker running one at a time never gets to.
+      await withTimeout(two.promise, 10_000, "a second handler to run alongside");
+      running--;
+      return { double: task.item.n * 2 };
+    },
+  });
+  await worker.run();
+  assert.equal(most, 2);
+  for (const [i, id] of ids.entries()) {
+    const view = await alice.status("jobs", id);
+    assert.equal(view.status, "finished");
+    assert.equal(view.attempts, 1);
+    assert.deepEqual(view.result, { double: (i + 1) * 2 });
+  }
+});
+
+test("heartbeats keep the lease of a handler that runs past it", async (t) => {
+  const server = await start(t, newDirs(t));
+  const { alice, box } = clients(server);
+  const { id } = await alice.post("short", { slow: true }); // leaseSeconds 2; the sweep runs every 100 ms
+  const outcomes = [];
+  const worker = new Worker({
+    client: box,
+    queue: "short",
+    limit: 1,
+    onOutcome: (o) => outcomes.push(o),
+    // Two and a half leases long: without heartbeats the sweep re-queues it meanwhile.
+    handler: () => new Promise((resolve) => setTimeout(() => resolve({ slept: 5 }), 5_000)),
+  });
+  await worker.run();
+  assert.equal(outcomes.length, 1);
+  assert.equal(outcomes[0].sent, "result");
+  assert.equal(outcomes[0].ack.accepted, true);
+  const view = await alice.status("short", id);
+  assert.equal(view.status, "finished");
+  assert.equal(view.attempts, 1);
+  assert.deepEqual(server.eventsOf(id), ["posted", "claimed", "result", "fetched"]); // no requeue
+});
+
+test("a handler that throws gives its task back, and the next attempt finishes it", async (t) => {
+  const server = await start(t, newDirs(t));
+  const { alice, box } = clients(server);
+  const { id } = await alice.post("jobs", { n: 5 });
+  const outcomes = [];
+  const worker = new Worker({
+    client: box,
+    queue: "jobs",
+    limit: 2,
+    onOutcome: (o) => outcomes.push(o),
+    handler: (task) => {
+      if (task.attempts === 1) throw new Error("the disc is full");
+      return { attempt: task.attempts };
+    },
+  });
+  await worker.run();
+  assert.deepEqual(
+    outcomes.map((o) => [o.sent, o.ack.accepted, o.ack.status]),
+    [["release", true, "pending"], ["result", true, undefined]],
+  );
+  assert.equal(outcomes[0].error.message, "the disc is full");
+  const view = await alice.status("jobs", id);
+  assert.equal(view.status, "finished");
+  assert.equal(view.attempts, 2);
+  assert.deepEqual(view.result, { attempt: 2 });
+  assert.deepEqual(view.failure, { error: "the disc is full" }); // the give-back's reason
+  assert.deepEqual(server.eventsOf(id), ["posted", "claimed", "released", "claimed", "result", "fetched"]);
+});
+
+test("a Release gives back with a delay, a Failure fails for good", async (t) => {
+  const server = await start(t, newDirs(t));
+  const { alice, box } = clients(server);
+  const later = await alice.post("jobs", { n: 6 });
+  const never = await alice.post("jobs", { n: 7 });
+  const worker = new Worker({
+    client: box,
+    queue: "jobs",
+    limit: 2,
+    handler: (task) => {
+      if (task.item.n === 6) throw new Release({ delaySeconds: 600, reason: { why: "rate limited" } });
+      throw new Failure({ why: "no such image" });
+    },
+  });
+  await worker.run();
+  const released = await alice.status("jobs", later.id);
+  assert.equal(released.status, "pending");
+  assert.deepEqual(released.failure, { why: "rate limited" });
+  assert.ok(released.notBefore - released.updatedAt >= 600_000, `notBefore ${released.notBefore}, updatedAt ${released.updatedAt}`);
+  const failed = await alice.status("jobs", never.id);
+  assert.equal(failed.status, "failed");
+  assert.equal(failed.error, "failed");
+  assert.deepEqual(failed.failure, { why: "no such image" });
+});
+
+test("a cancel aborts the running handler's signal and nothing is handed in", async (t) => {
+  const server = await start(t, newDirs(t));
+  const { alice, box } = clients(server);
+  const { id } = await alice.post("jobs", { n: 8 });
+  const started = deferred();
+  const outcomes = [];
+  const worker = new Worker({
+    client: box,
+    queue: "jobs",
+    limit: 1,
+    onOutcome: (o) => outcomes.push(o),
+    handler: (task, signal) =>
+      new Promise((resolve, reject) => {
+        signal.addEventListener("abort", () => reject(signal.reason));
+        started.resolve();
+      }),
+  });
+  const running = worker.run();
+  await started.promise;
+  assert.deepEqual(await alice.cancel("jobs", id), { accepted: true, status: "failed" });
+  await running;
+  assert.equal(outcomes.length, 1);
+  assert.ok(outcomes[0].error instanceof CancelledError, String(outcomes[0].error));
+  assert.equal(outcomes[0].sent, "");
+  const view = await alice.status("jobs", id);
+  assert.equal(view.error, "cancelled");
+  assert.deepEqual(server.eventsOf(id), ["posted", "claimed", "cancelled", "fetched"]);
+});
+
+test("progress is accepted from the lease holder and kept", async (t) => {
+  const server = await start(t, newDirs(t));
+  const { alice, box } = clients(server);
+  const { id } = await alice.post("jobs", { n: 9 });
+  const acks = [];
+  const worker = new Worker({
+    client: box,
+    queue: "jobs",
+    limit: 1,
+    handler: async (task) => {
+      acks.push(await task.progress({ percent: 50 }));
+      return {};
+    },
+  });
+  await worker.run();
+  assert.deepEqual(acks, [true]);
+  assert.deepEqual((await alice.status("jobs", id)).progress, { percent: 50 });
+});
+
+test("a worker refused the socket stops with the server's error", async (t) => {
+  const server = await start(t, newDirs(t));
+  const { alice } = clients(server); // alice may not work
+  const worker = new Worker({ client: alice, queue: "jobs", handler: () => ({}) });
+  const err = await worker.run().catch((e) => e);
+  assert.ok(err.cause instanceof TaskhosterError, String(err));
+  assert.equal(err.cause.status, 403);
+});
+
+test("a worker reconnects after the server restarts and hands in a result it was running", async (t) => {
+  const dirs = newDirs(t);
+  let server = await start(t, dirs);
+  const { alice, box } = clients(server);
+  const first = await alice.post("jobs", { n: 1 });
+  const running = deferred(); // the handler of the first task has started
+  const finish = deferred(); // let it return
+  const done = new Map(); // task id → outcome
+  const allDone = deferred();
+  const worker = new Worker({
+    client: box,
+    queue: "jobs",
+    concurrency: 2,
+    minBackoffMs: 20,
+    maxBackoffMs: 200,
+    onOutcome: (o) => {
+      done.set(o.task.id, o);
+      if (done.size === 2) allDone.resolve();
+    },
+    handler: async (task) => {
+      if (task.id === first.id) {
+        running.resolve();
+        await finish.promise;
+      }
+      return { n: task.item.n };
+    },
+  });
+  const working = worker.run();
+  await running.promise;
+
+  await server.kill(); // a crash: the worker socket drops
+  server = await start(t, dirs, `127.0.0.1:${server.port}`);
+  finish.resolve(); // the result goes over the next socket
+  const second = await alice.post("jobs", { n: 2 }); // claimed over the next socket
+  await withTimeout(allDone.promise, 20_000, "both tasks to be handed in");
+  worker.drain();
+  await working;
+
+  for (const [posted, n] of [[first, 1], [second, 2]]) {
+    assert.equal(done.get(posted.id)?.ack.accepted, true);
+    const view = await alice.status("jobs", posted.id);
+    assert.equal(view.status, "finished");
+    assert.deepEqual(view.result, { n });
+  }
+});
