@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import http.client
 import logging
 import random
@@ -236,12 +237,14 @@ class Worker:
         error: BaseException | None = None
         try:
             result = self.handler(task)
-            send: Callable[[], Ack] = lambda: task.result(result)
+            send: Callable[[], Ack] = functools.partial(task.result, result)
             sent = "result"
+        # partial, not lambda: the names an except clause binds are unbound
+        # at its end.
         except Release as r:
-            send, sent = (lambda: task.release(r.delay, r.reason)), "release"
+            send, sent = functools.partial(task.release, r.delay, r.reason), "release"
         except Failure as f:
-            send, sent = (lambda: task.fail(f.reason)), "fail"
+            send, sent = functools.partial(task.fail, f.reason), "fail"
         except Exception as e:  # the handler's trouble: give the task back with it
             error = e
             send, sent = self._give_back(task, e), "release"
