@@ -80,13 +80,19 @@ bench-peers: build
 	scripts/bench.sh --peers $(BENCH_FLAGS)
 
 # The Python client's unittest suite; each test starts the binary built
-# here (TASKHOSTER_BIN). It needs Python 3.11 or later and nothing else.
+# here (TASKHOSTER_BIN). It needs Python 3.11 or later and nothing else;
+# then mypy --strict checks its type hints, where mypy is installed.
 PYTHON ?= python3
 test-python: build
 	@if ! $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
 		echo "make test-python: SKIP: no Python 3.11 or later ($(PYTHON)): the Python client (clients/python) is not tested; install python3, as .ci/run does"; \
 	else \
 		cd clients/python && TASKHOSTER_BIN=$(CURDIR)/$(BIN) $(PYTHON) -m unittest discover -s tests -t . ; \
+	fi
+	@if command -v mypy >/dev/null 2>&1; then \
+		cd clients/python && mypy --strict taskhoster tests; \
+	else \
+		echo "make test-python: SKIP: mypy is not installed: the Python client's type hints are not checked; install mypy, as .ci/run does"; \
 	fi
 
 # The release build: a static binary (CGO_ENABLED=0, so it runs on an

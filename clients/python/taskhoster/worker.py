@@ -235,6 +235,7 @@ class Worker:
         beat.start()
         started = time.monotonic()
         error: BaseException | None = None
+        sent: str | None
         try:
             result = self.handler(task)
             send: Callable[[], Ack] = functools.partial(task.result, result)
@@ -361,7 +362,7 @@ class Backoff:
 
     def next(self) -> float:
         """The wait before the next try; counts the try."""
-        d = min(self.lo * 2 ** min(self.attempt, 32), self.hi)
+        d = min(self.lo * 2.0 ** min(self.attempt, 32), self.hi)
         self.attempt += 1
         return d / 2 + self.rand() * d / 2
 
