@@ -6,6 +6,10 @@
 #   make faults FAULT_CYCLES=100  kill -9 the server that often under load, then
 #                             check no task was lost or finished twice
 #   make bench                measure this build (BENCHMARKS.md); bench-peers: vs beanstalkd
+#   make test-js, test-python the TypeScript and Python clients' tests against the binary (make test runs both)
+#   make release              bin/release/taskhoster: static, reproducible, version stamped
+#   make install              the binary and the systemd unit (PREFIX, DESTDIR)
+#   make docker               the release binary on an empty image (IMAGE=taskhoster:VERSION)
 
 GO       ?= go
 FUZZTIME ?= 30s
@@ -14,7 +18,7 @@ BIN      := bin/taskhoster
 # The Go toolchain's usual home, for shells that do not have it on PATH.
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: build run test fuzz faults bench bench-peers clean
+.PHONY: build run test fuzz faults bench bench-peers clean test-python release install docker
 
 build:
 	$(GO) build -o $(BIN) ./cmd/taskhoster
@@ -29,9 +33,14 @@ run: build
 test:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || \
 		echo "make test: PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb): the adapters/postgres tests SKIP; install postgresql, as .ci/run does"
+	@command -v systemd-analyze >/dev/null 2>&1 || \
+		echo "make test: SKIP: systemd-analyze is not installed: the systemd unit (tests/packaging) is not verified"
+	@docker info >/dev/null 2>&1 || \
+		echo "make test: SKIP: no working container runtime (docker info fails): tests/packaging does not build or run the image"
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
-	$(MAKE) test-js
+	@$(MAKE) --no-print-directory test-js
+	@$(MAKE) --no-print-directory test-python
 
 # The TypeScript client (clients/js): installs its packages from the lock
 # file when node_modules is missing, compiles it and runs its tests (node
@@ -85,6 +94,58 @@ bench: build
 # with the ratios.
 bench-peers: build
 	scripts/bench.sh --peers $(BENCH_FLAGS)
+
+# The Python client's unittest suite; each test starts the binary built
+# here (TASKHOSTER_BIN). It needs Python 3.11 or later and nothing else;
+# then mypy --strict checks its type hints, where mypy is installed.
+PYTHON ?= python3
+test-python: build
+	@if ! $(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then \
+		echo "make test-python: SKIP: no Python 3.11 or later ($(PYTHON)): the Python client (clients/python) is not tested; install python3, as .ci/run does"; \
+	else \
+		cd clients/python && TASKHOSTER_BIN=$(CURDIR)/$(BIN) $(PYTHON) -m unittest discover -s tests -t . ; \
+	fi
+	@if command -v mypy >/dev/null 2>&1; then \
+		cd clients/python && mypy --strict taskhoster tests; \
+	else \
+		echo "make test-python: SKIP: mypy is not installed: the Python client's type hints are not checked; install mypy, as .ci/run does"; \
+	fi
+
+# The release build: a static binary (CGO_ENABLED=0, so it runs on an
+# empty image) with the version and commit stamped in, built the same way
+# from the same commit byte for byte (-trimpath, no build id).
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT      ?= $(shell git rev-parse HEAD 2>/dev/null)
+RELEASE_BIN ?= bin/release/taskhoster
+RELEASE_LDFLAGS := -s -w -buildid= -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+release:
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(RELEASE_LDFLAGS)" -o $(RELEASE_BIN) ./cmd/taskhoster
+
+# Installs the release binary and the systemd unit, which serves
+# /etc/taskhoster/hosts with its data in /var/lib/taskhoster as the system
+# user taskhoster (created by systemd-sysusers when installing for real).
+PREFIX     ?= /usr/local
+DESTDIR    ?=
+BINDIR     ?= $(PREFIX)/bin
+UNITDIR    ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+SYSCONFDIR ?= /etc
+install: release
+	install -D -m 0755 $(RELEASE_BIN) $(DESTDIR)$(BINDIR)/taskhoster
+	install -d -m 0755 $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(SYSCONFDIR)/taskhoster/hosts
+	sed 's|@BINDIR@|$(BINDIR)|g' packaging/taskhoster.service.in > $(DESTDIR)$(UNITDIR)/taskhoster.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/taskhoster.service
+	install -m 0644 packaging/taskhoster.sysusers $(DESTDIR)$(SYSUSERSDIR)/taskhoster.conf
+	@if [ -z "$(DESTDIR)" ] && command -v systemd-sysusers >/dev/null 2>&1; then \
+		systemd-sysusers $(SYSUSERSDIR)/taskhoster.conf; \
+		echo "installed; start it with: systemctl daemon-reload && systemctl enable --now taskhoster"; \
+	fi
+
+# The release binary on `FROM scratch`: no base image to pull.
+DOCKER ?= docker
+IMAGE  ?= taskhoster:$(VERSION)
+docker: release
+	$(DOCKER) build -t $(IMAGE) .
 
 # Removes the binary and the data `make run` left in var/.
 clean:

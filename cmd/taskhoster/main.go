@@ -89,6 +89,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return tasksCmd(rest, stdout, stderr)
 	case "logs":
 		return logsCmd(rest, stdout, stderr)
+	case "--version", "-version", "version":
+		fmt.Fprintln(stdout, versionLine())
+		return 0
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,0 +1,267 @@
+"""The Worker loop against the real server: it finishes tasks, keeps a short
+lease alive with heartbeats, gives tasks back, stops, and rides out a server
+that is not there yet."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import threading
+import time
+import unittest
+from pathlib import Path
+from typing import Any
+
+from taskhoster import Client, Failure, Outcome, Release, Task, TaskhosterError, Worker
+from taskhoster.worker import Backoff
+
+from .server import ALICE, BOX, EVE, HOST, Server, ServerTest, free_port
+
+
+class Recorder:
+    """Collects a worker's outcomes."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.outcomes: list[Outcome] = []
+
+    def __call__(self, o: Outcome) -> None:
+        with self.lock:
+            self.outcomes.append(o)
+
+
+class WorkerTest(ServerTest):
+    def work(self, queue: str, handler: Any, *, limit: int, client: Client | None = None, **kw: Any) -> list[Outcome]:
+        """Runs a worker until it handled limit tasks; its outcomes."""
+        rec = Recorder()
+        w = Worker(client or self.anyone, queue, handler, limit=limit, wait=5, on_outcome=rec, **kw)
+        runner = threading.Thread(target=w.run)
+        runner.start()
+        runner.join(60)
+        if runner.is_alive():
+            w.stop()
+            runner.join(60)
+            self.fail("the worker did not finish its tasks within 60s")
+        return rec.outcomes
+
+    def test_finishes_tasks_concurrently(self) -> None:
+        ids = self.alice.post_batch("resize", [{"url": f"u{n}", "width": n + 1} for n in range(6)])
+        both = threading.Barrier(2, timeout=30)
+        seen: set[str] = set()
+
+        def handler(task: Task) -> Any:
+            if task.item["width"] <= 2:
+                both.wait()  # the first two tasks run at the same time, or this breaks
+            seen.add(threading.current_thread().name)
+            task.progress({"percent": 50})
+            return {"thumb": task.item["url"] + ".jpg"}
+
+        outcomes = self.work("resize", handler, limit=6, client=self.box, concurrency=3, name="py-1")
+        self.assertEqual(sorted(o.task.id for o in outcomes), sorted(ids))
+        self.assertTrue(all(o.sent == "result" and o.ack and o.ack.accepted and o.error is None for o in outcomes))
+        self.assertGreaterEqual(len(seen), 2)
+        for n, task_id in enumerate(ids):
+            view = self.alice.status("resize", task_id)
+            self.assertEqual((view.status, view.result, view.progress), ("finished", {"thumb": f"u{n}.jpg"}, {"percent": 50}))
+            self.assertEqual(self.server.events(task_id)[1]["worker"], "py-1")
+
+    def test_heartbeats_outlive_a_short_lease(self) -> None:
+        # The queue's lease is one second and the sweep runs every 100 ms: a
+        # handler that takes three seconds keeps its task only by heartbeats.
+        task_id = self.anyone.post("public", {"long": True})
+        stolen: list[Task | None] = []
+        until: list[int] = []
+
+        def handler(task: Task) -> Any:
+            until.append(task.lease.until)
+            time.sleep(3)  # the work itself: three leases long
+            stolen.append(self.anyone.claim("public", worker="thief"))
+            until.append(task.lease.until)
+            return {"done": True}
+
+        outcomes = self.work("public", handler, limit=1)
+        self.assertEqual(stolen, [None])  # still leased: nobody else could claim it
+        self.assertGreater(until[1], until[0] + 2000)
+        view = self.anyone.status("public", task_id)
+        self.assertEqual((view.status, view.attempts, view.result), ("finished", 1, {"done": True}))
+        self.assertNotIn("requeue", [e["event"] for e in self.server.events(task_id)])
+        self.assertTrue(outcomes[0].ack and outcomes[0].ack.accepted)
+
+    def test_an_exception_gives_the_task_back(self) -> None:
+        task_id = self.anyone.post("public", {})
+
+        def handler(task: Task) -> Any:
+            raise ValueError("no disc space")
+
+        [o] = self.work("public", handler, limit=1)
+        self.assertEqual(o.sent, "release")
+        self.assertIsInstance(o.error, ValueError)
+        assert o.ack is not None
+        self.assertEqual((o.ack.accepted, o.ack.status), (True, "pending"))
+        view = self.anyone.status("public", task_id)
+        self.assertEqual((view.status, view.attempts), ("pending", 1))
+        self.assertEqual(view.failure, {"error": "ValueError", "message": "no disc space"})
+        self.assertEqual(self.server.events(task_id)[-1]["event"], "released")
+
+    def test_a_reason_the_schema_refuses_is_left_out(self) -> None:
+        task_id = self.anyone.post("strict", {})
+
+        def handler(task: Task) -> Any:
+            raise RuntimeError("boom")
+
+        [o] = self.work("strict", handler, limit=1)
+        self.assertEqual((o.sent, o.ack and o.ack.accepted), ("release", True))
+        view = self.anyone.status("strict", task_id)
+        self.assertEqual((view.status, view.failure), ("pending", None))
+
+    def test_a_result_that_is_not_json_gives_the_task_back(self) -> None:
+        task_id = self.anyone.post("public", {})
+        [o] = self.work("public", lambda task: object(), limit=1)
+        self.assertEqual(o.sent, "release")
+        self.assertIsInstance(o.error, TypeError)
+        self.assertEqual(self.anyone.status("public", task_id).status, "pending")
+
+    def test_release_and_failure(self) -> None:
+        later = self.anyone.post("public", {"do": "release"})
+        never = self.anyone.post("public", {"do": "fail"})
+
+        def handler(task: Task) -> Any:
+            if task.item["do"] == "release":
+                raise Release(delay=60, reason={"why": "rate limited"})
+            raise Failure(reason={"why": "no such image"})
+
+        outcomes = self.work("public", handler, limit=2)
+        self.assertEqual(sorted(o.sent or "" for o in outcomes), ["fail", "release"])
+        self.assertTrue(all(o.error is None and o.ack and o.ack.accepted for o in outcomes))
+        view = self.anyone.status("public", later)
+        self.assertEqual((view.status, view.failure), ("pending", {"why": "rate limited"}))
+        assert view.not_before is not None
+        self.assertGreater(view.not_before, int(time.time() * 1000) + 30_000)
+        view = self.anyone.status("public", never)
+        self.assertEqual((view.status, view.error, view.failure), ("failed", "failed", {"why": "no such image"}))
+
+    def test_a_refused_first_claim_ends_run(self) -> None:
+        for client, queue, code in (
+            (self.server.client(EVE), "resize", "forbidden"),
+            (self.anyone, "nosuch", "unknown_queue"),
+            (self.anyone, "public", "invalid_query"),
+        ):
+            with self.subTest(code=code):
+                w = Worker(client, queue, lambda t: None, query={"type": 5} if code == "invalid_query" else None)
+                with self.assertRaises(TaskhosterError) as caught:
+                    w.run()
+                self.assertEqual(caught.exception.code, code)
+
+    def test_stop_cuts_a_waiting_claim(self) -> None:
+        sent = threading.Semaphore(0)
+
+        class Signalling(Client):
+            """Tells when a claim was sent and the worker waits for its answer."""
+
+            def _claim(self, *args: Any, hook: Any = None, **kw: Any) -> list[Task]:
+                def told(conn: Any) -> None:
+                    hook(conn)
+                    answer = conn.getresponse
+
+                    def waiting() -> Any:
+                        sent.release()
+                        return answer()
+
+                    conn.getresponse = waiting
+
+                return super()._claim(*args, hook=told, **kw)
+
+        w = Worker(Signalling(self.server.url, host=HOST), "public", lambda t: None, wait=60, concurrency=2)
+        runner = threading.Thread(target=w.run)
+        runner.start()
+        self.assertTrue(sent.acquire(timeout=30) and sent.acquire(timeout=30))
+        w.stop()
+        runner.join(30)  # well within the claims' 60 s wait
+        self.assertFalse(runner.is_alive(), "run did not return after stop")
+        # A task posted now is not lost: either the server dropped the cut
+        # claims, or (if it had not yet seen them go) the one that took it
+        # lets its one-second lease lapse and the task is pending again.
+        task_id = self.anyone.post("public", {})
+        task = self.anyone.claim("public", wait=10)
+        assert task is not None
+        self.assertEqual(task.id, task_id)
+
+    def test_stop_lets_a_running_handler_hand_in(self) -> None:
+        task_id = self.anyone.post("public", {})
+        running = threading.Event()
+        go_on = threading.Event()
+
+        def handler(task: Task) -> Any:
+            running.set()
+            go_on.wait(30)
+            return {"handed": "in"}
+
+        w = Worker(self.anyone, "public", handler, wait=5)
+        runner = threading.Thread(target=w.run)
+        runner.start()
+        self.assertTrue(running.wait(30))
+        w.stop()
+        go_on.set()
+        runner.join(30)
+        self.assertFalse(runner.is_alive())
+        self.assertEqual(self.anyone.status("public", task_id).result, {"handed": "in"})
+
+
+class Captured(logging.Handler):
+    """Counts the worker's warnings about an unreachable server."""
+
+    def __init__(self, want: int) -> None:
+        super().__init__()
+        self.want = want
+        self.count = 0
+        self.reached = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "cannot reach the server" in record.getMessage():
+            self.count += 1
+            if self.count >= self.want:
+                self.reached.set()
+
+
+class ReconnectTest(unittest.TestCase):
+    def test_backs_off_until_the_server_comes(self) -> None:
+        root = Path(tempfile.mkdtemp(prefix="taskhoster-py-"))
+        self.addCleanup(shutil.rmtree, root, True)
+        addr = f"127.0.0.1:{free_port()}"
+        log = logging.getLogger("test.reconnect")
+        log.propagate = False
+        captured = Captured(want=3)
+        log.addHandler(captured)
+        rec = Recorder()
+        w = Worker(Client("http://" + addr, host=HOST, token=BOX), "resize", lambda t: {"ok": t.item["url"]},
+                   limit=1, wait=5, logger=log, on_outcome=rec, min_backoff=0.05, max_backoff=0.2)
+        runner = threading.Thread(target=w.run)
+        runner.start()
+        self.addCleanup(w.stop)
+        self.assertTrue(captured.reached.wait(30), "no retries logged")
+        self.assertTrue(runner.is_alive(), "run gave up on an unreachable server")
+
+        server = Server(root, addr=addr)
+        self.addCleanup(server.stop)
+        task_id = server.client(ALICE).post("resize", {"url": "later"})
+        runner.join(60)
+        self.assertFalse(runner.is_alive())
+        self.assertEqual([o.task.id for o in rec.outcomes], [task_id])
+        self.assertEqual(server.client(ALICE).status("resize", task_id).result, {"ok": "later"})
+
+
+class BackoffTest(unittest.TestCase):
+    def test_doubles_up_to_the_cap_with_equal_jitter(self) -> None:
+        low = Backoff(0.25, 2, rand=lambda: 0.0)
+        self.assertEqual([low.next() for _ in range(6)], [0.125, 0.25, 0.5, 1.0, 1.0, 1.0])
+        high = Backoff(0.25, 2, rand=lambda: 0.999999)
+        self.assertAlmostEqual(high.next(), 0.25, places=5)
+        low.reset()
+        self.assertEqual(low.next(), 0.125)
+
+    def test_many_attempts_do_not_overflow(self) -> None:
+        b = Backoff(0.25, 30, rand=lambda: 1.0)
+        for _ in range(2000):
+            d = b.next()
+        self.assertEqual(d, 30)
