@@ -73,8 +73,9 @@ var migrations = []string{
 	CREATE INDEX payloads_modified ON payloads (modified);`,
 	// 4: the item as jsonb, for claim queries in SQL (query.go). Written
 	// by a trigger on INSERT only, as an item never changes after it is
-	// posted; NULL when jsonb cannot hold it (a \u0000, a lone surrogate),
-	// and such a task is always tested in Go. The GIN index answers
+	// posted; NULL when jsonb cannot hold it (a \u0000, a lone surrogate)
+	// or it is null (which a store reads back as no item at all), and such
+	// a task is always tested in Go. The GIN index answers
 	// containment (item @> '{"kind":"image"}'); tasks_item_other holds the
 	// few pending tasks whose item is NULL or not an object, which every
 	// claim query also reads.
@@ -82,7 +83,7 @@ var migrations = []string{
 	CREATE FUNCTION taskhoster_item(record bytea) RETURNS jsonb
 		LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
 	BEGIN
-		RETURN (convert_from(record, 'UTF8')::json -> 'item')::jsonb;
+		RETURN nullif((convert_from(record, 'UTF8')::json -> 'item')::jsonb, 'null');
 	EXCEPTION WHEN OTHERS THEN
 		RETURN NULL;
 	END $$;
