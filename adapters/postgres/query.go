@@ -495,7 +495,7 @@ func expr(path []string) string {
 	return v
 }
 
-// quote is s as an SQL string constant. The E'' form reads the same
+// quote is s as an SQL string constant. The E” form reads the same
 // whatever standard_conforming_strings says.
 var quoted = strings.NewReplacer(`\`, `\\`, `'`, `''`)
 
