@@ -495,10 +495,10 @@ func expr(path []string) string {
 	return v
 }
 
-// quote is s as an SQL string constant. The E” form reads the same
-// whatever standard_conforming_strings says.
 var quoted = strings.NewReplacer(`\`, `\\`, `'`, `''`)
 
+// quote is s as an SQL string constant: the E'...' form, which reads the
+// same whatever standard_conforming_strings says.
 func quote(s string) string {
 	return "E'" + quoted.Replace(s) + "'"
 }
