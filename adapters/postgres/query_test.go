@@ -186,7 +186,7 @@ var epoch = time.UnixMilli(1751500000000).UTC()
 func probeItems() []string {
 	rng := rand.New(rand.NewPCG(14, 1))
 	items := append([]string{}, contract.QueryItems...)
-	for range 300 {
+	for range 150 {
 		items = append(items, RandomItem(rng, 3))
 	}
 	return items
@@ -200,7 +200,7 @@ func TestFilterAgainstSchema(t *testing.T) {
 		p.check(t, q)
 	}
 	rng := rand.New(rand.NewPCG(14, 2))
-	for range 400 {
+	for range 300 {
 		p.check(t, RandomQuery(rng, 3))
 	}
 }
