@@ -23,23 +23,23 @@ import (
 // keyword.
 
 var (
-	names  = []string{"a", "b", "k"}
-	values = []string{`0`, `1`, `1.0`, `1e0`, `-1`, `2.5`, `100`, `"x"`, `"y"`, `"é"`, `"1"`, `""`, `null`, `true`, `false`, `[]`, `[1]`, `["x",1]`, `{}`, `{"a":1}`}
-	types  = []string{"object", "array", "string", "number", "integer", "boolean", "null"}
+	grammarNames  = []string{"a", "b", "k"}
+	grammarValues = []string{`0`, `1`, `1.0`, `1e0`, `-1`, `2.5`, `100`, `"x"`, `"y"`, `"é"`, `"1"`, `""`, `null`, `true`, `false`, `[]`, `[1]`, `["x",1]`, `{}`, `{"a":1}`}
+	grammarTypes  = []string{"object", "array", "string", "number", "integer", "boolean", "null"}
 )
 
 // RandomItem is a random item: mostly an object, of depth at most depth.
 func RandomItem(rng *rand.Rand, depth int) string {
 	if depth > 0 && rng.IntN(4) != 0 {
 		var members []string
-		for _, n := range names {
+		for _, n := range grammarNames {
 			if rng.IntN(2) == 0 {
 				members = append(members, fmt.Sprintf("%q:%s", n, RandomItem(rng, depth-1)))
 			}
 		}
 		return "{" + strings.Join(members, ",") + "}"
 	}
-	return values[rng.IntN(len(values))]
+	return grammarValues[rng.IntN(len(grammarValues))]
 }
 
 // RandomQuery is a random claim query of depth at most depth.
@@ -57,7 +57,7 @@ func RandomQuery(rng *rand.Rand, depth int) string {
 }
 
 func randomKeyword(rng *rand.Rand, depth int) string {
-	value := func() string { return values[rng.IntN(len(values))] }
+	value := func() string { return grammarValues[rng.IntN(len(grammarValues))] }
 	number := func() string { return []string{`0`, `1`, `1.0`, `2.5`, `-1`, `100`, `1e300`}[rng.IntN(7)] }
 	sub := func() string { return RandomQuery(rng, depth-1) }
 	subs := func() string {
@@ -70,7 +70,7 @@ func randomKeyword(rng *rand.Rand, depth int) string {
 	switch rng.IntN(16) {
 	case 0, 1, 2:
 		var props []string
-		for _, n := range names {
+		for _, n := range grammarNames {
 			if rng.IntN(2) == 0 {
 				props = append(props, fmt.Sprintf("%q:%s", n, sub()))
 			}
@@ -78,7 +78,7 @@ func randomKeyword(rng *rand.Rand, depth int) string {
 		return `"properties":{` + strings.Join(props, ",") + `}`
 	case 3, 4:
 		var req []string
-		for _, n := range names {
+		for _, n := range grammarNames {
 			if rng.IntN(2) == 0 {
 				req = append(req, fmt.Sprintf("%q", n))
 			}
@@ -86,9 +86,9 @@ func randomKeyword(rng *rand.Rand, depth int) string {
 		return `"required":[` + strings.Join(req, ",") + `]`
 	case 5:
 		if rng.IntN(2) == 0 {
-			return fmt.Sprintf(`"type":%q`, types[rng.IntN(len(types))])
+			return fmt.Sprintf(`"type":%q`, grammarTypes[rng.IntN(len(grammarTypes))])
 		}
-		return fmt.Sprintf(`"type":[%q,%q]`, types[rng.IntN(len(types))], types[rng.IntN(len(types))])
+		return fmt.Sprintf(`"type":[%q,%q]`, grammarTypes[rng.IntN(len(grammarTypes))], grammarTypes[rng.IntN(len(grammarTypes))])
 	case 6:
 		return `"type":"object"`
 	case 7, 8:
