@@ -170,3 +170,7 @@ type matcher struct {
 
 func (m *matcher) Key() string                     { return m.key }
 func (m *matcher) Match(item json.RawMessage) bool { return len(m.schema.Validate(item)) == 0 }
+
+// Query is the claim query Match applies: a store that can judge part of a
+// JSON Schema itself (adapters/postgres) reads it here.
+func (m *matcher) Query() json.RawMessage { return json.RawMessage(m.key) }

@@ -21,7 +21,10 @@
 // with a query reads candidates in claim order, a batch at a time and
 // without locks, tests the Matcher on each in Go, and locks only a task it
 // accepts (re-checking that it is still claimable), so it never claims a
-// task the query rejects nor holds up tasks other queries want.
+// task the query rejects nor holds up tasks other queries want. What of the
+// query (a JSON Schema) SQL can judge is added to the candidates'
+// statement as a condition on the item as jsonb (query.go), and when that
+// condition is exact the Go test is skipped.
 //
 // Event lines. With WriteLines, a change's event line is written in its
 // own transaction, before COMMIT (log.go).

@@ -206,17 +206,18 @@ func (s *Store) ClaimNext(ctx context.Context, ref domain.QueueRef, m ports.Matc
 	if m == nil {
 		return s.claimFirst(ctx, ref, nowMs, fn, then)
 	}
+	f := filterOf(m)
 	var after *domain.Task
 	for {
-		batch, err := s.candidates(ctx, ref, nowMs, after)
+		batch, err := s.candidates(ctx, ref, nowMs, after, f)
 		if err != nil {
 			return domain.Task{}, err
 		}
 		for _, c := range batch {
-			if !m.Match(c.Item) {
+			if !(f != nil && f.exact && c.inSQL) && !m.Match(c.Item) {
 				continue
 			}
-			t, err := s.claimOne(ctx, domain.KeyOf(c), nowMs, fn, then)
+			t, err := s.claimOne(ctx, domain.KeyOf(c.Task), nowMs, fn, then)
 			if !errors.Is(err, errGone) {
 				return t, err
 			}
@@ -224,7 +225,7 @@ func (s *Store) ClaimNext(ctx context.Context, ref domain.QueueRef, m ports.Matc
 		if len(batch) < claimBatch {
 			return domain.Task{}, domain.ErrNotFound
 		}
-		after = &batch[len(batch)-1]
+		after = &batch[len(batch)-1].Task
 	}
 }
 
@@ -272,17 +273,48 @@ func (s *Store) claimOne(ctx context.Context, k domain.Key, now int64, fn func(*
 	return s.change(ctx, tx, data, fn, then)
 }
 
+// A candidate is a claimable task a claim with a query reads. inSQL: its
+// item is in the column item, so the query's filter judged it.
+type candidate struct {
+	domain.Task
+	inSQL bool
+}
+
 // candidates reads the next claimBatch claimable tasks of ref in claim
-// order after the task after (nil: from the first), without locking them.
-func (s *Store) candidates(ctx context.Context, ref domain.QueueRef, now int64, after *domain.Task) ([]domain.Task, error) {
-	query := `SELECT record FROM tasks WHERE ` + claimable
+// order after the task after (nil: from the first) that f lets through
+// (nil: all), without locking them.
+func (s *Store) candidates(ctx context.Context, ref domain.QueueRef, now int64, after *domain.Task, f *filter) ([]candidate, error) {
+	query := `SELECT record, item IS NOT NULL FROM tasks WHERE ` + claimable
 	args := []any{ref.Host, ref.Queue, now}
 	if after != nil {
 		query += ` AND (priority < $4 OR (priority = $4 AND (eligible_at, id) > ($5, $6)))`
 		args = append(args, int64(after.Priority), after.EligibleAt(), after.ID)
 	}
+	if f != nil {
+		query += ` AND ` + f.where
+	}
 	query += fmt.Sprintf(` ORDER BY priority DESC, eligible_at, id LIMIT %d`, claimBatch)
-	return s.records(ctx, "claim candidates", query, args...)
+	rows, err := s.pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fail("claim candidates", err)
+	}
+	defer rows.Close()
+	var out []candidate
+	for rows.Next() {
+		var data []byte
+		var c candidate
+		if err := rows.Scan(&data, &c.inSQL); err != nil {
+			return nil, fail("claim candidates", err)
+		}
+		if c.Task, err = decode(data); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fail("claim candidates", err)
+	}
+	return out, nil
 }
 
 // records runs a query of records and decodes them.

@@ -54,6 +54,7 @@ func TestRepository(t *testing.T, open func(t *testing.T) ports.TaskRepository) 
 		{"ClaimManyQueries", testClaimManyQueries},
 		{"ClaimQueryIdle", testClaimQueryIdle},
 		{"ClaimMatchersAgainstModel", testClaimMatchersAgainstModel},
+		{"ClaimQueries", testClaimQueries},
 		{"ClaimRace", testClaimRace},
 		{"FinishRace", testFinishRace},
 		{"Each", testEach},

@@ -1,0 +1,243 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskhoster/taskhoster/adapters/schema"
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/internal/pgtest"
+	"github.com/taskhoster/taskhoster/tests/contract"
+)
+
+// A small grammar of claim queries and items over few names and values, so
+// that random queries often accept some random items and reject others,
+// and every tricky value (1 and 1.0, "é", null, nesting) meets every
+// keyword.
+
+var (
+	grammarNames  = []string{"a", "b", "k"}
+	grammarValues = []string{`0`, `1`, `1.0`, `1e0`, `-1`, `2.5`, `100`, `"x"`, `"y"`, `"é"`, `"1"`, `""`, `null`, `true`, `false`, `[]`, `[1]`, `["x",1]`, `{}`, `{"a":1}`}
+	grammarTypes  = []string{"object", "array", "string", "number", "integer", "boolean", "null"}
+)
+
+// RandomItem is a random item: mostly an object, of depth at most depth.
+func RandomItem(rng *rand.Rand, depth int) string {
+	if depth > 0 && rng.IntN(4) != 0 {
+		var members []string
+		for _, n := range grammarNames {
+			if rng.IntN(2) == 0 {
+				members = append(members, fmt.Sprintf("%q:%s", n, RandomItem(rng, depth-1)))
+			}
+		}
+		return "{" + strings.Join(members, ",") + "}"
+	}
+	return grammarValues[rng.IntN(len(grammarValues))]
+}
+
+// RandomQuery is a random claim query of depth at most depth.
+func RandomQuery(rng *rand.Rand, depth int) string {
+	if depth == 0 || rng.IntN(8) == 0 {
+		return []string{`true`, `false`, `{}`}[rng.IntN(3)]
+	}
+	var kw []string
+	for range 1 + rng.IntN(3) {
+		kw = append(kw, randomKeyword(rng, depth))
+	}
+	// A keyword drawn twice: the decoder keeps the last, as the schema
+	// library's does.
+	return "{" + strings.Join(kw, ",") + "}"
+}
+
+func randomKeyword(rng *rand.Rand, depth int) string {
+	value := func() string { return grammarValues[rng.IntN(len(grammarValues))] }
+	number := func() string { return []string{`0`, `1`, `1.0`, `2.5`, `-1`, `100`, `1e300`}[rng.IntN(7)] }
+	sub := func() string { return RandomQuery(rng, depth-1) }
+	subs := func() string {
+		var list []string
+		for range 1 + rng.IntN(3) {
+			list = append(list, sub())
+		}
+		return "[" + strings.Join(list, ",") + "]"
+	}
+	switch rng.IntN(16) {
+	case 0, 1, 2:
+		var props []string
+		for _, n := range grammarNames {
+			if rng.IntN(2) == 0 {
+				props = append(props, fmt.Sprintf("%q:%s", n, sub()))
+			}
+		}
+		return `"properties":{` + strings.Join(props, ",") + `}`
+	case 3, 4:
+		var req []string
+		for _, n := range grammarNames {
+			if rng.IntN(2) == 0 {
+				req = append(req, fmt.Sprintf("%q", n))
+			}
+		}
+		return `"required":[` + strings.Join(req, ",") + `]`
+	case 5:
+		if rng.IntN(2) == 0 {
+			return fmt.Sprintf(`"type":%q`, grammarTypes[rng.IntN(len(grammarTypes))])
+		}
+		return fmt.Sprintf(`"type":[%q,%q]`, grammarTypes[rng.IntN(len(grammarTypes))], grammarTypes[rng.IntN(len(grammarTypes))])
+	case 6:
+		return `"type":"object"`
+	case 7, 8:
+		return `"const":` + value()
+	case 9:
+		return `"enum":[` + value() + `,` + value() + `]`
+	case 10:
+		return fmt.Sprintf(`%q:%s`, []string{"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}[rng.IntN(4)], number())
+	case 11:
+		return `"allOf":` + subs()
+	case 12:
+		return `"anyOf":` + subs()
+	case 13:
+		return `"oneOf":` + subs()
+	case 14:
+		return `"not":` + sub()
+	default:
+		return []string{`"minLength":1`, `"pattern":"^x"`, `"additionalProperties":false`, `"multipleOf":2`, `"title":"t"`}[rng.IntN(5)]
+	}
+}
+
+// probe is a table of items as the tasks table keeps them, to run a
+// filter's condition over.
+type probe struct {
+	s     *Store
+	items []string
+	null  map[int]bool // items jsonb cannot hold
+}
+
+func newProbe(tb testing.TB, items []string) *probe {
+	tb.Helper()
+	s, err := Open(context.Background(), pgtest.Database(tb))
+	if err != nil {
+		tb.Fatalf("open: %v", err)
+	}
+	tb.Cleanup(s.Close)
+	ctx := context.Background()
+	if _, err := s.pool.Exec(ctx, `CREATE TABLE probe (n int PRIMARY KEY, item jsonb)`); err != nil {
+		tb.Fatal(err)
+	}
+	p := &probe{s: s, items: items, null: map[int]bool{}}
+	for n, item := range items {
+		t, _ := domain.Post(fmt.Sprintf("%016x", n), "task.example.com", "q", json.RawMessage(item), "alice", epoch)
+		var isNull bool
+		if err := s.pool.QueryRow(ctx, `INSERT INTO probe VALUES ($1, taskhoster_item($2)) RETURNING item IS NULL`, n, domain.EncodeTask(t)).Scan(&isNull); err != nil {
+			tb.Fatalf("item %s: %v", item, err)
+		}
+		p.null[n] = isNull
+	}
+	return p
+}
+
+// check runs query's filter over the items and compares it with the schema
+// library's verdicts: the filter lets through every item the query
+// accepts, and, when exact, only those (of the items jsonb holds).
+func (p *probe) check(tb testing.TB, query string) {
+	tb.Helper()
+	s, err := schema.Compile(json.RawMessage(query))
+	if err != nil {
+		return // not a query a worker can send
+	}
+	f := translate(json.RawMessage(query))
+	if f == nil {
+		return
+	}
+	// One round trip: each query is run once.
+	rows, err := p.s.pool.Query(context.Background(), `SELECT n FROM probe WHERE `+f.where, pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		tb.Fatalf("query %s: filter %s: %v", query, f.where, err)
+	}
+	through := map[int]bool{}
+	for rows.Next() {
+		var n int
+		if err := rows.Scan(&n); err != nil {
+			tb.Fatal(err)
+		}
+		through[n] = true
+	}
+	if err := rows.Err(); err != nil {
+		tb.Fatalf("query %s: filter %s: %v", query, f.where, err)
+	}
+	for n, item := range p.items {
+		accepts := len(s.Validate(json.RawMessage(item))) == 0
+		switch {
+		case accepts && !through[n]:
+			tb.Errorf("query %s accepts %s, but its filter rejects it:\n%s", query, item, f.where)
+		case !accepts && through[n] && f.exact && !p.null[n]:
+			tb.Errorf("query %s rejects %s, but its exact filter lets it through:\n%s", query, item, f.where)
+		}
+	}
+}
+
+var epoch = time.UnixMilli(1751500000000).UTC()
+
+func probeItems() []string {
+	rng := rand.New(rand.NewPCG(14, 1))
+	items := append([]string{}, contract.QueryItems...)
+	for range 150 {
+		items = append(items, RandomItem(rng, 3))
+	}
+	return items
+}
+
+// Every contract query, and many random ones, against items as the tasks
+// table holds them.
+func TestFilterAgainstSchema(t *testing.T) {
+	p := newProbe(t, probeItems())
+	for _, q := range contract.QuerySchemas {
+		p.check(t, q)
+	}
+	rng := rand.New(rand.NewPCG(14, 2))
+	for range 300 {
+		p.check(t, RandomQuery(rng, 3))
+	}
+}
+
+// FuzzFilter checks a query's filter against the schema library's verdicts
+// on a fixed set of items; `go test` runs its seed corpus.
+func FuzzFilter(f *testing.F) {
+	for _, q := range contract.QuerySchemas {
+		f.Add(q)
+	}
+	rng := rand.New(rand.NewPCG(14, 3))
+	for range 50 {
+		f.Add(RandomQuery(rng, 3))
+	}
+	p := newProbe(f, probeItems())
+	f.Fuzz(func(t *testing.T, query string) {
+		p.check(t, query)
+	})
+}
+
+// A translation never fails on a schema, whatever it holds, and always
+// quotes what it copies into SQL.
+func TestTranslateQuotes(t *testing.T) {
+	for _, q := range []string{
+		`{"properties":{"a'); DROP TABLE tasks; --":{"const":"x"}},"required":["a'); DROP TABLE tasks; --"]}`,
+		`{"properties":{"\\'":{"const":"\\'"}},"required":["\\'"]}`,
+		`{"properties":{"$1":{"const":"$1"}},"required":["$1"]}`,
+	} {
+		f := translate(json.RawMessage(q))
+		if f == nil || !f.exact {
+			t.Fatalf("query %s: filter %+v, want an exact one", q, f)
+		}
+	}
+	p := newProbe(t, []string{
+		`{"a'); DROP TABLE tasks; --":"x"}`, `{"\\'":"\\'"}`, `{"$1":"$1"}`, `{"a":"x"}`,
+	})
+	p.check(t, `{"properties":{"a'); DROP TABLE tasks; --":{"const":"x"}},"required":["a'); DROP TABLE tasks; --"]}`)
+	p.check(t, `{"properties":{"\\'":{"const":"\\'"}},"required":["\\'"]}`)
+	p.check(t, `{"properties":{"$1":{"const":"$1"}},"required":["$1"]}`)
+}
