@@ -21,7 +21,7 @@ import (
 	"embed"
 	"encoding/json"
 	"errors"
-	"io/fs"
+	"path"
 	"net/http"
 	"sort"
 	"strings"
@@ -30,8 +30,8 @@ import (
 	"github.com/go-chi/chi/v5"
 	"go.uber.org/zap"
 
-	"github.com/taskhoster/taskhoster/adapters/httperr"
 	"github.com/taskhoster/taskhoster/adapters/httpapi"
+	"github.com/taskhoster/taskhoster/adapters/httperr"
 	"github.com/taskhoster/taskhoster/app"
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
@@ -87,11 +87,6 @@ func New(opt Options) *Dashboard {
 		opt.Push = DefaultPush
 	}
 	d := &Dashboard{opt: opt, live: newLives()}
-	static, err := fs.Sub(assets, "assets")
-	if err != nil {
-		panic(err) // the embedded folder is part of the binary
-	}
-	files := http.FileServerFS(static)
 	r := chi.NewRouter()
 	r.Use(securityHeaders)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { d.writeError(w, r, errNoPath) })
@@ -102,7 +97,7 @@ func New(opt Options) *Dashboard {
 		}}.Write(w)
 	})
 	r.Get("/", d.page)
-	r.Get("/assets/*", http.StripPrefix("/assets", files).ServeHTTP)
+	r.Get("/assets/{file}", d.asset)
 	r.Get("/live", d.serveLive)
 	r.Route("/api", func(r chi.Router) {
 		r.Get("/queues", d.queues)
@@ -141,6 +136,22 @@ func (d *Dashboard) page(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_, _ = w.Write(body)
+}
+
+// assetTypes are the embedded files' content types, by extension.
+var assetTypes = map[string]string{".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8"}
+
+// asset serves one embedded script or style sheet.
+func (d *Dashboard) asset(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "file")
+	kind, ok := assetTypes[path.Ext(name)]
+	body, err := assets.ReadFile("assets/" + name)
+	if !ok || err != nil {
+		d.writeError(w, r, errNoPath)
+		return
+	}
+	w.Header().Set("Content-Type", kind)
 	_, _ = w.Write(body)
 }
 

@@ -173,10 +173,10 @@ func (a *API) resolveQueue(next http.Handler) http.Handler {
 }
 
 func hostOf(r *http.Request) *domain.Host   { return r.Context().Value(hostKey).(*domain.Host) }
-
-// HostOf is the host a request routed behind the host resolution is for.
-func HostOf(r *http.Request) *domain.Host { return hostOf(r) }
 func queueOf(r *http.Request) *domain.Queue { return r.Context().Value(queueKey).(*domain.Queue) }
+
+// HostOf is the host of a request routed behind the host resolution.
+func HostOf(r *http.Request) *domain.Host { return hostOf(r) }
 
 // authorize returns the requesting user's name ("" for anonymous) if it may
 // do at least one of the actions on the request's queue.
