@@ -196,6 +196,8 @@ func TestDashboardBrowser(t *testing.T) {
 	}
 	retry := `#failures .group[data-error="failed"] tr[data-id="` + id + `"] button[data-action="retry"]`
 	waitFor(t, alice, "the failure", `!!document.querySelector('`+retry+`')`)
+	logsMust(t, "zoom the chart", chromedp.Do(alice, chromedp.Click(chromedp.CSS(`button[data-range="300"]`))))
+	waitFor(t, alice, "the chart's axis at 5 min", `document.querySelector(".axis span").textContent === "−5 min"`)
 	b.shot(alice, "4-queue-failed")
 	logsMust(t, "retry", chromedp.Do(alice, chromedp.Click(chromedp.CSS(retry))))
 	waitFor(t, alice, "the task pending again", `!!document.querySelector('#task-list tr[data-id="`+id+`"][data-status="pending"]')`)

@@ -241,7 +241,7 @@ function route() {
     const q = state.queues.get(parts[1]);
     if (!q) {
       state.view = null;
-      main.replaceChildren(h("section", { class: "card", id: "missing" },
+      main.replaceChildren(h("p", { class: "crumbs" }, h("a", { href: "#/" }, "Queues")), h("section", { class: "card", id: "missing" },
         h("h1", {}, "No such queue"),
         h("p", {}, "This host serves no queue by that name that you may see."),
         h("p", {}, h("a", { href: "#/" }, "All queues"))));
@@ -264,7 +264,7 @@ const FIGURES = [
 function figures(q) {
   const age = q.oldest === null ? "—" : ago(serverNow() - q.oldest);
   return h("dl", { class: "figures" },
-    FIGURES.map(([k, label]) => h("div", { class: "figure " + k },
+    FIGURES.map(([k, label]) => h("div", { class: `figure ${k}${q.counts[k] > 0 ? " some" : ""}` },
       h("dt", {}, label), h("dd", { id: "count-" + k, dataset: { count: k } }, q.counts[k]))),
     h("div", { class: "figure" }, h("dt", {}, "Oldest claimable"), h("dd", { id: "oldest", class: "age", dataset: { oldest: q.oldest ?? "" } }, age)),
     h("div", { class: "figure" }, h("dt", {}, "Workers"), h("dd", { id: "workers" }, q.workers)),
@@ -337,25 +337,60 @@ function chart(name, big, span) {
 // ---- overview -------------------------------------------------------------
 
 function overview(main) {
-  const list = h("div", { id: "queues", class: "grid" });
+  const box = h("div", { id: "queues" });
+  const cell = (q, k) => h("td", { class: `num count ${k}${q.counts[k] > 0 ? " some" : ""}` }, q.counts[k]);
   const render = () => {
-    const cards = [...state.queues.values()].map((q) =>
-      h("section", { class: "card queue", dataset: { queue: q.name } },
-        h("h2", {}, h("a", { href: "#/q/" + enc(q.name) }, q.name), " ", pausedBadge(q),
-          q.manage ? null : h("span", { class: "badge readonly" }, "read only")),
-        figures(q), chart(q.name, false, HOUR)));
-    if (cards.length === 0) {
-      cards.push(h("section", { class: "card", id: "nothing" },
+    const qs = [...state.queues.values()];
+    if (qs.length === 0) {
+      box.replaceChildren(h("section", { class: "card", id: "nothing" },
         h("h2", {}, "No queue to show"),
         h("p", {}, state.token
           ? "None of this host's queues gives this user status, logs or manage access."
-          : "Sign in with your token to see the queues you may look at. Only queues whose status, logs or manage access is public are shown without one.")));
+          : "Sign in with your token to see the queues you may look at. Without one, only queues whose status, logs or manage access is public are shown.")));
+      return;
     }
-    list.replaceChildren(...cards);
+    box.replaceChildren(h("section", { class: "card" }, h("table", { class: "overview" },
+      h("thead", {}, h("tr", {},
+        h("th", {}, "Queue"), h("th", {}, "State"),
+        FIGURES.map(([, label]) => h("th", { class: "num" }, label)),
+        h("th", { class: "num" }, "Oldest claimable"), h("th", { class: "num" }, "Workers"), h("th", { class: "num" }, "Claims waiting"),
+        h("th", { class: "spark" }, "Last hour, per minute"))),
+      h("tbody", {}, qs.map((q) => h("tr", { class: "queue", dataset: { queue: q.name } },
+        h("td", {}, h("a", { class: "qname", href: "#/q/" + enc(q.name) }, q.name)),
+        h("td", {}, pausedBadge(q), q.manage ? null : h("span", { class: "badge readonly" }, "read only")),
+        FIGURES.map(([k]) => cell(q, k)),
+        h("td", { class: "num" }, q.oldest === null ? "—" : ago(serverNow() - q.oldest)),
+        h("td", { class: "num" }, q.workers),
+        h("td", { class: "num" }, q.waiting),
+        h("td", { class: "spark" }, sparkline(q.name))))))));
   };
   render();
-  main.replaceChildren(h("h1", {}, "Queues"), list);
+  main.replaceChildren(h("h1", {}, "Queues"), box);
   state.view = { figures: render, changed() {}, tick: render };
+}
+
+// sparkline is a queue's last hour in bars of a minute each: posted above
+// the line, finished and failed (stacked, failed darker) below it.
+function sparkline(name) {
+  const m = state.rates.get(name) || new Map();
+  const end = Math.floor(serverNow() / 1000);
+  const mins = Array.from({ length: 60 }, () => [0, 0, 0]);
+  for (const [sec, v] of m) {
+    const k = Math.floor((end - sec) / 60);
+    if (k >= 0 && k < 60) for (let i = 0; i < 3; i++) mins[59 - k][i] += v[i];
+  }
+  const peak = Math.max(1, ...mins.map((v) => Math.max(v[0], v[1] + v[2])));
+  const W = 120, H = 28, mid = H / 2;
+  const s = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "sparkline", role: "img",
+    "aria-label": `last hour: ${mins.reduce((a, v) => a + v[0], 0)} posted, ${mins.reduce((a, v) => a + v[1], 0)} finished, ${mins.reduce((a, v) => a + v[2], 0)} failed` });
+  s.append(svg("line", { x1: 0, x2: W, y1: mid, y2: mid, class: "base" }));
+  mins.forEach(([p, f, x], i) => {
+    const bx = i * 2, scale = (mid - 1) / peak;
+    if (p) s.append(svg("rect", { x: bx, width: 1.6, y: mid - p * scale, height: p * scale, class: "posted" }));
+    if (f) s.append(svg("rect", { x: bx, width: 1.6, y: mid, height: f * scale, class: "finished" }));
+    if (x) s.append(svg("rect", { x: bx, width: 1.6, y: mid + f * scale, height: x * scale, class: "failed" }));
+  });
+  return s;
 }
 
 // ---- a queue --------------------------------------------------------------
@@ -396,10 +431,12 @@ function queuePage(main, name) {
       confirmButton("purge-failed", "Purge failed", () => `Delete all ${counts().failed} failed?`, () => act("POST", `/${enc(name)}/purge?status=failed`)),
       confirmButton("purge-finished", "Purge finished", () => `Delete all ${counts().finished} finished?`, () => act("POST", `/${enc(name)}/purge?status=finished`)))
       : null;
-    head.replaceChildren(h("h1", {}, name, " ", pausedBadge(cur)), actions);
-    banner.replaceChildren(cur.paused
-      ? h("p", { class: "note", id: "paused-note" }, "Paused: claims wait until the queue is resumed; posts are still taken.")
-      : "");
+    head.replaceChildren(...[h("h1", {}, name, " ", pausedBadge(cur), cur.manage ? null : h("span", { class: "badge readonly" }, "read only")), actions].filter(Boolean));
+    banner.replaceChildren(...[
+      cur.paused ? h("p", { class: "note", id: "paused-note" }, "Paused: claims wait until the queue is resumed; posts are still taken.") : null,
+      cur.manage ? null : h("p", { class: "note info", id: "readonly" },
+        "Read only: you see this queue's figures and charts. Its tasks, leases, failures and actions need manage access."),
+    ].filter(Boolean));
   };
 
   // refresh reads what only manage users see; called on a change of the
@@ -439,9 +476,6 @@ function queuePage(main, name) {
         h("section", { class: "card" }, h("h2", {}, "Live leases"), detail.leases),
         h("section", { class: "card" }, h("h2", {}, "Failures by error"), detail.failures)),
       h("section", { class: "card" }, h("h2", {}, "Tasks"), searchForm(name, list, refresh), detail.tasks));
-  } else {
-    parts.push(h("p", { class: "note", id: "readonly" },
-      "Read only: you see this queue's figures. Its tasks, leases, failures and actions need manage access."));
   }
   main.replaceChildren(...parts);
   renderHead();
