@@ -35,7 +35,7 @@ type browser struct {
 	t       *testing.T
 	alloc   context.Context
 	first   context.Context // the first tab, whose browser the others share
-	screens string // where screenshots go ("" for nowhere): $TASKHOSTER_SCREENS
+	screens string          // where screenshots go ("" for nowhere): $TASKHOSTER_SCREENS
 }
 
 func newBrowser(t *testing.T, deadline context.Context) *browser {
