@@ -45,6 +45,9 @@ type Options struct {
 	Sockets    Sockets
 	// Logs serves the log API (/_logs, logs.go); without it there is none.
 	Logs LogReader
+	// Dashboard serves /_dash on every host (adapters/dashboard), behind
+	// the host resolution: HostOf gives it the host.
+	Dashboard http.Handler
 }
 
 // New builds the handler for every host.
@@ -68,6 +71,9 @@ func New(svc *app.Service, config ports.Config, opt Options) *API {
 		r.Get("/", a.hostInfo)
 		if a.logs != nil {
 			a.routeLogs(r)
+		}
+		if opt.Dashboard != nil {
+			r.Mount("/_dash", opt.Dashboard)
 		}
 		r.Route("/{queue}", func(r chi.Router) {
 			r.Use(a.resolveQueue)
@@ -169,6 +175,9 @@ func (a *API) resolveQueue(next http.Handler) http.Handler {
 
 func hostOf(r *http.Request) *domain.Host   { return r.Context().Value(hostKey).(*domain.Host) }
 func queueOf(r *http.Request) *domain.Queue { return r.Context().Value(queueKey).(*domain.Queue) }
+
+// HostOf is the host of a request routed behind the host resolution.
+func HostOf(r *http.Request) *domain.Host { return hostOf(r) }
 
 // authorize returns the requesting user's name ("" for anonymous) if it may
 // do at least one of the actions on the request's queue.

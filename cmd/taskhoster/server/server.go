@@ -23,11 +23,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/taskhoster/taskhoster/adapters/clock"
+	"github.com/taskhoster/taskhoster/adapters/dashboard"
 	"github.com/taskhoster/taskhoster/adapters/durable"
 	"github.com/taskhoster/taskhoster/adapters/eventlog"
 	"github.com/taskhoster/taskhoster/adapters/folderconfig"
 	"github.com/taskhoster/taskhoster/adapters/fsstore"
 	"github.com/taskhoster/taskhoster/adapters/httpapi"
+	"github.com/taskhoster/taskhoster/adapters/httperr"
 	"github.com/taskhoster/taskhoster/adapters/metrics"
 	"github.com/taskhoster/taskhoster/adapters/notify"
 	"github.com/taskhoster/taskhoster/adapters/pgnotify"
@@ -135,7 +137,7 @@ func Options(cfg Config, logger *zap.Logger) fx.Option {
 		fx.StopTimeout(cfg.ShutdownGrace+20*time.Second),
 		clockModule(cfg), storeModules(cfg), NotifyModule,
 		ConfigModule, SchemaModule, MetricsModule, ServiceModule, SweepModule,
-		WSModule, HTTPModule, AdminModule,
+		WSModule, DashboardModule, HTTPModule, AdminModule,
 	)
 }
 
@@ -365,13 +367,14 @@ var ServiceModule = fx.Module("app",
 		Clock    ports.Clock
 		Compiler ports.SchemaCompiler
 		Metrics  *metrics.Metrics
+		Activity *dashboard.Activity
 		Logger   *zap.Logger
 		Config   Config
 		Pauses   ports.Pauses
 	}) *app.Service {
 		return app.New(app.Deps{
 			Repo: d.Repo, Syncer: d.Syncer, Log: d.Log, Notifier: d.Notifier,
-			Clock: d.Clock, Compiler: d.Compiler, Observer: d.Metrics, Logger: d.Logger,
+			Clock: d.Clock, Compiler: d.Compiler, Observer: observers{d.Metrics, d.Activity}, Logger: d.Logger,
 			MaxWaiting: d.Config.MaxWaiting, Pauses: d.Pauses,
 		})
 	}),
@@ -393,6 +396,22 @@ var ServiceModule = fx.Module("app",
 		}))
 	}),
 )
+
+// observers tells every one of them of each transition: the metrics and
+// the dashboard's rate charts.
+type observers []app.Observer
+
+func (o observers) Observe(ev domain.Event) {
+	for _, x := range o {
+		x.Observe(ev)
+	}
+}
+
+func (o observers) ResultRefused(q domain.QueueRef) {
+	for _, x := range o {
+		x.ResultRefused(q)
+	}
+}
 
 // SweepModule runs the sweep and prunes the event log and the payload
 // archive, until stop. Pruning runs beside the sweep, not in it: once a day
@@ -452,12 +471,13 @@ type Ready struct{ atomic.Bool }
 // in flight finish for up to ShutdownGrace.
 var HTTPModule = fx.Module("httpapi",
 	fx.Provide(func() *Ready { return &Ready{} }),
-	fx.Provide(func(cfg Config, svc *app.Service, config ports.Config, m *metrics.Metrics, sockets httpapi.Sockets, logs httpapi.LogReader, logger *zap.Logger) *httpapi.API {
+	fx.Provide(func(cfg Config, svc *app.Service, config ports.Config, m *metrics.Metrics, sockets httpapi.Sockets, logs httpapi.LogReader, dash *dashboard.Dashboard, logger *zap.Logger) *httpapi.API {
 		return httpapi.New(svc, config, httpapi.Options{
 			Logger:     logger,
-			Middleware: []func(http.Handler) http.Handler{httpapi.RequestLog(logger.Named("http")), m.Middleware},
+			Middleware: []func(http.Handler) http.Handler{httpapi.RequestLog(logger.Named("http")), m.Middleware, crossOrigin},
 			Sockets:    sockets,
 			Logs:       logs,
+			Dashboard:  dash,
 		})
 	}),
 	fx.Invoke(func(lc fx.Lifecycle, cfg Config, api *httpapi.API, svc *app.Service, ready *Ready, logger *zap.Logger) {
@@ -507,6 +527,40 @@ var WSModule = fx.Module("wsapi",
 	}),
 	fx.Provide(func(s *wsapi.Sockets) httpapi.Sockets { return s }),
 )
+
+// DashboardModule serves the live dashboard at /_dash of every host
+// (adapters/dashboard). Its rates are fed by the service's observer; its
+// stop hook, which runs after the API's listener has stopped, says goodbye
+// to the live sockets.
+var DashboardModule = fx.Module("dashboard",
+	fx.Provide(dashboard.NewActivity),
+	fx.Provide(func(lc fx.Lifecycle, svc *app.Service, config ports.Config, act *dashboard.Activity, sockets *wsapi.Sockets, hub *notify.Hub, clock ports.Clock, logger *zap.Logger) *dashboard.Dashboard {
+		d := dashboard.New(dashboard.Options{
+			Service: svc, Config: config, Activity: act, Workers: sockets, Waiting: hub, Clock: clock,
+			Logger: logger.Named("dashboard"),
+		})
+		lc.Append(fx.StopHook(d.Close))
+		return d
+	}),
+)
+
+// crossOrigin refuses state-changing requests a browser sends from another
+// site (Sec-Fetch-Site, or an Origin that is not the Host: the standard
+// library's CrossOriginProtection). Nothing authenticates by cookie, so a
+// forged request carries no token anyway; this also covers queues whose
+// actions are public, which a page elsewhere could otherwise drive through
+// a visitor's browser. Clients that are not browsers send neither header
+// and pass.
+func crossOrigin(next http.Handler) http.Handler {
+	p := http.NewCrossOriginProtection()
+	p.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		httperr.Of(errCrossOrigin).Write(w)
+	}))
+	return p.Handler(next)
+}
+
+var errCrossOrigin = domain.E(domain.KindForbidden, domain.CodeForbidden,
+	"a browser request from another site may not change anything here")
 
 // AdminModule serves /metrics, /healthz and /readyz on the admin listener.
 var AdminModule = fx.Module("admin",
