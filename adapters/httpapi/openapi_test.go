@@ -90,7 +90,10 @@ func routerAPI(t *testing.T) *httpapi.API {
 		Repo: index.New(), Syncer: nopSync{}, Log: nopLog{}, Notifier: notify.NewHub(),
 		Clock: clock.System{}, Compiler: schema.Compiler{}, Pauses: &memPauses{},
 	})
-	return httpapi.New(svc, config, httpapi.Options{Logs: eventlog.NewReader(t.TempDir()), Sockets: noSockets{}})
+	// Dashboard stands in for adapters/dashboard: its routes must be left
+	// out of the walk (notAPI), not missing from the router.
+	dash := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusTeapot) })
+	return httpapi.New(svc, config, httpapi.Options{Logs: eventlog.NewReader(t.TempDir()), Sockets: noSockets{}, Dashboard: dash})
 }
 
 // noSockets stands in for wsapi: the routing, not the socket, is tested here.
