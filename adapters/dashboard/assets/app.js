@@ -655,7 +655,9 @@ function renderRecord(box, name, t, reload) {
   };
   const terminal = t.status === "finished" || t.status === "failed";
   const row = (k, v) => h("tr", {}, h("th", {}, k), h("td", {}, v));
-  const json = (v) => h("pre", { class: "json" }, v === null || v === undefined ? "null" : JSON.stringify(v, null, 2));
+  // A task without progress or a result says so rather than show "null"
+  // (which a JSON value could also be).
+  const json = (v) => v === null || v === undefined ? h("p", { class: "muted" }, "none") : h("pre", { class: "json" }, JSON.stringify(v, null, 2));
   box.replaceChildren(
     h("div", { class: "titlebar" },
       h("h1", {}, "Task ", h("code", {}, t.id), " ", h("span", { class: "status " + t.status, id: "task-status" }, t.status)),
@@ -711,7 +713,7 @@ function renderTrail(box, name, id, lines) {
     h("thead", {}, h("tr", {}, h("th", {}, "At"), h("th", {}, "Event"), h("th", {}, "Status"), h("th", {}, "Attempts"), h("th", {}, "Worker"), h("th", {}, "Payloads"))),
     h("tbody", {}, lines.map((ev) => h("tr", { class: "event", dataset: { event: ev.event } },
       h("td", {}, ev.at.replace("T", " ").replace("Z", "")),
-      h("td", {}, h("span", { class: "event " + ev.event }, ev.event + (ev.error ? ` (${ev.error})` : ""))),
+      h("td", {}, h("span", { class: "event " + ev.event }, ev.event + (ev.error && ev.error !== ev.event ? ` (${ev.error})` : ""))),
       h("td", {}, ev.status),
       h("td", { class: "num" }, ev.attempts),
       h("td", {}, ev.worker ?? "—"),
