@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/gorilla/websocket"
 	"github.com/taskhoster/taskhoster/adapters/httperr"
 	"github.com/taskhoster/taskhoster/app"
 	"github.com/taskhoster/taskhoster/domain"
@@ -31,6 +33,10 @@ const maxReports = 256
 // who has the work right. It returns when the socket has closed and every
 // task it still held is pending again.
 func (s *Sockets) Work(w http.ResponseWriter, r *http.Request, q *domain.Queue, user string) {
+	if !websocket.IsWebSocketUpgrade(r) {
+		s.refuse(w, errNotUpgrade, "worker socket refused")
+		return
+	}
 	name, bad := workerName(r, user)
 	if bad != nil {
 		s.refuse(w, bad, "worker socket refused")
@@ -159,20 +165,53 @@ func (w *worker) read() {
 
 func (w *worker) handle(data []byte) {
 	var m message
-	if err := json.Unmarshal(data, &m); err != nil {
+	if err := httperr.Decode(data, &m, "a message", nil); err != nil {
 		// A message of the wrong shape still yields its ref when it has one
-		// (Unmarshal fills what it can), so the error can be matched.
-		w.fail(m.Ref, domain.E(domain.KindInvalid, domain.CodeInvalidJSON, "a message must be a JSON object of the expected shape: %v", err))
+		// (the decoder fills what it can), so the error can be matched.
+		w.fail(m.Ref, err)
 		return
 	}
-	switch m.Type {
-	case "claim":
-		w.claim(m)
-	case "progress", "result", "heartbeat", "release", "fail":
-		w.report(m)
-	default:
+	takes, known := messageFields[m.Type]
+	if !known {
 		w.fail(m.Ref, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, `unknown message type %q (claim, progress, result, heartbeat, release or fail)`, m.Type))
+		return
 	}
+	if field := m.stray(takes); field != "" {
+		w.fail(m.Ref, httperr.UnknownField(field, "a "+m.Type+" message", takes))
+		return
+	}
+	if m.Type == "claim" {
+		w.claim(m)
+		return
+	}
+	w.report(m)
+}
+
+// messageFields are the fields each type of message takes. Decode refuses
+// a field no message has; stray one that another type has.
+var messageFields = map[string][]string{
+	"claim":     {"type", "ref", "query"},
+	"progress":  {"type", "ref", "id", "progress"},
+	"result":    {"type", "ref", "id", "result"},
+	"heartbeat": {"type", "ref", "id"},
+	"release":   {"type", "ref", "id", "delay", "reason"},
+	"fail":      {"type", "ref", "id", "reason"},
+}
+
+// stray is the first field m holds that is not in takes, "" for none.
+func (m message) stray(takes []string) string {
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{
+		{"id", m.ID != ""}, {"query", m.Query != nil}, {"progress", m.Progress != nil},
+		{"result", m.Result != nil}, {"delay", m.Delay != nil}, {"reason", m.Reason != nil},
+	} {
+		if f.set && !slices.Contains(takes, f.name) {
+			return f.name
+		}
+	}
+	return ""
 }
 
 // claim starts waiting for a task that matches the message's query.
