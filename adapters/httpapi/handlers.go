@@ -117,7 +117,7 @@ func (a *API) claim(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req claimRequest
-	if err := readJSON(w, r, claimBodyLimit, &req, nil); err != nil {
+	if err := readJSON(w, r, claimBodyLimit, &req); err != nil {
 		a.writeError(w, r, err)
 		return
 	}
@@ -239,9 +239,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 }
 
 // readJSON reads a JSON object body into v, strictly (httperr.Decode: a
-// field v has no place for is refused, and the refusal lists takes, by
-// default v's fields); an empty body leaves v as is.
-func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, takes []string) error {
+// field v has no place for is refused, naming it); an empty body leaves v
+// as is.
+func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	body, err := readBody(w, r, limit)
 	if err != nil {
 		return err
@@ -249,5 +249,5 @@ func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any, takes 
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
-	return httperr.Decode(body, v, "the body", takes)
+	return httperr.Decode(body, v, "the body")
 }

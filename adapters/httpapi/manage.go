@@ -221,7 +221,7 @@ func (a *API) batch(w http.ResponseWriter, r *http.Request) {
 	limit := min(q.Settings.MaxItemBytes*app.MaxBatch, maxBatchBody)
 	limit = max(limit, q.Settings.MaxItemBytes) + envelopeSlack
 	var req batchRequest
-	if err := readJSON(w, r, limit, &req, nil); err != nil {
+	if err := readJSON(w, r, limit, &req); err != nil {
 		a.writeError(w, r, err)
 		return
 	}

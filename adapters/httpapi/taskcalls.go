@@ -4,18 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"slices"
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/taskhoster/taskhoster/adapters/httperr"
 	"github.com/taskhoster/taskhoster/app"
 	"github.com/taskhoster/taskhoster/domain"
 )
 
 // taskRequest is the body of every call a worker makes about one task:
 // progress and result (SPEC §3), heartbeat, release and fail (SPEC §11).
-// Each call takes the fields it needs and refuses the others (given).
+// Each call reads the fields it needs and ignores the others, so that a
+// client may send one envelope to every call; a field no call has is
+// refused (readJSON), naming it.
 type taskRequest struct {
 	Worker   *string         `json:"worker"`
 	Progress json.RawMessage `json:"progress"`
@@ -36,67 +36,37 @@ func (req taskRequest) holder(worker string) domain.Holder {
 	return h
 }
 
-// given lists the fields req holds, by their JSON names.
-func (req taskRequest) given() []string {
-	var names []string
-	for _, f := range []struct {
-		name string
-		set  bool
-	}{
-		{"worker", req.Worker != nil}, {"progress", req.Progress != nil}, {"result", req.Result != nil},
-		{"delay", req.Delay != nil}, {"reason", req.Reason != nil}, {"attempt", req.Attempt != nil},
-	} {
-		if f.set {
-			names = append(names, f.name)
-		}
-	}
-	return names
-}
-
-// taskCall is one of those calls: its name (the last path segment), the
-// fields of taskRequest its body may hold, and the use case it runs for
-// the worker.
+// taskCall is one of those calls: its name (the last path segment) and the
+// use case it runs for the worker.
 type taskCall struct {
-	name  string
-	takes []string
-	do    func(svc *app.Service, ctx context.Context, q *domain.Queue, id, worker string, req taskRequest) (app.Outcome, error)
-}
-
-// check refuses a field of req this call does not take (a "result" in a
-// progress call), naming it, as readJSON refuses one no call takes.
-func (call taskCall) check(req taskRequest) error {
-	for _, name := range req.given() {
-		if !slices.Contains(call.takes, name) {
-			return httperr.UnknownField(name, "the body", call.takes)
-		}
-	}
-	return nil
+	name string
+	do   func(svc *app.Service, ctx context.Context, q *domain.Queue, id, worker string, req taskRequest) (app.Outcome, error)
 }
 
 var (
-	progressCall = taskCall{"progress", []string{"worker", "progress", "attempt"}, func(svc *app.Service, ctx context.Context, q *domain.Queue, id, worker string, req taskRequest) (app.Outcome, error) {
+	progressCall = taskCall{"progress", func(svc *app.Service, ctx context.Context, q *domain.Queue, id, worker string, req taskRequest) (app.Outcome, error) {
 		if req.Progress == nil {
 			return app.Outcome{}, missingField("progress")
 		}
 		return svc.Progress(ctx, q, id, req.holder(worker), req.Progress)
 	}}
-	resultCall = taskCall{"result", []string{"worker", "result"}, func(svc *app.Service, ctx context.Context, q *domain.Queue, id, worker string, req taskRequest) (app.Outcome, error) {
+	resultCall = taskCall{"result", func(svc *app.Service, ctx context.Context, q *domain.Queue, id, worker string, req taskRequest) (app.Outcome, error) {
 		if req.Result == nil {
 			return app.Outcome{}, missingField("result")
 		}
 		return svc.Result(ctx, q, id, worker, req.Result)
 	}}
-	heartbeatCall = taskCall{"heartbeat", []string{"worker", "attempt"}, func(svc *app.Service, ctx context.Context, q *domain.Queue, id, worker string, req taskRequest) (app.Outcome, error) {
+	heartbeatCall = taskCall{"heartbeat", func(svc *app.Service, ctx context.Context, q *domain.Queue, id, worker string, req taskRequest) (app.Outcome, error) {
 		return svc.Heartbeat(ctx, q, id, req.holder(worker))
 	}}
-	releaseCall = taskCall{"release", []string{"worker", "delay", "reason", "attempt"}, func(svc *app.Service, ctx context.Context, q *domain.Queue, id, worker string, req taskRequest) (app.Outcome, error) {
+	releaseCall = taskCall{"release", func(svc *app.Service, ctx context.Context, q *domain.Queue, id, worker string, req taskRequest) (app.Outcome, error) {
 		delay, err := seconds("delay", req.Delay, domain.MaxDelaySeconds)
 		if err != nil {
 			return app.Outcome{}, err
 		}
 		return svc.Release(ctx, q, id, req.holder(worker), delay, req.Reason)
 	}}
-	failCall = taskCall{"fail", []string{"worker", "reason"}, func(svc *app.Service, ctx context.Context, q *domain.Queue, id, worker string, req taskRequest) (app.Outcome, error) {
+	failCall = taskCall{"fail", func(svc *app.Service, ctx context.Context, q *domain.Queue, id, worker string, req taskRequest) (app.Outcome, error) {
 		return svc.Fail(ctx, q, id, worker, req.Reason)
 	}}
 )
@@ -116,11 +86,7 @@ func (a *API) onTask(call taskCall) http.HandlerFunc {
 			return
 		}
 		var req taskRequest
-		if err := readJSON(w, r, q.Settings.MaxItemBytes+envelopeSlack, &req, call.takes); err != nil {
-			a.writeError(w, r, err)
-			return
-		}
-		if err := call.check(req); err != nil {
+		if err := readJSON(w, r, q.Settings.MaxItemBytes+envelopeSlack, &req); err != nil {
 			a.writeError(w, r, err)
 			return
 		}

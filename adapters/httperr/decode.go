@@ -23,18 +23,13 @@ import (
 //
 // Its errors are for a client to read, in JSON's words rather than Go's: a
 // field of the wrong type says which type it must be, a syntax error says
-// at which byte. what names the value in them ("the body", "a message"),
-// and takes the fields it may hold (nil: those of v; a kind of value that
-// shares v's shape with others but takes fewer fields names its own).
+// at which byte. what names the value in them ("the body", "a message").
 // Those errors are invalid_json, an unknown field invalid_request.
-func Decode(data []byte, v any, what string, takes []string) error {
+func Decode(data []byte, v any, what string) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		if takes == nil {
-			takes = Fields(v)
-		}
-		return decodeError(err, what, takes)
+		return decodeError(err, what, Fields(v))
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return domain.E(domain.KindInvalid, domain.CodeInvalidJSON, "%s must be one JSON object, with nothing after it", what)
@@ -60,7 +55,7 @@ func decodeError(err error, what string, takes []string) error {
 		return typeError(typ, what)
 	case strings.HasPrefix(err.Error(), unknownFieldPrefix):
 		field, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), unknownFieldPrefix))
-		return UnknownField(field, what, takes)
+		return unknownField(field, what, takes)
 	}
 	return fmt.Errorf("decode %s: %w", what, err) // v is not a pointer: the caller's bug, internal
 }
@@ -149,9 +144,7 @@ func Fields(v any) []string {
 	return names
 }
 
-// UnknownField refuses a field a body or message of this kind does not
-// take, though one of another kind of the same shape would (a "result" in
-// a progress call): as Decode refuses one no kind takes.
-func UnknownField(field, what string, takes []string) error {
+// unknownField refuses a field, saying which ones what takes.
+func unknownField(field, what string, takes []string) error {
 	return domain.E(domain.KindInvalid, domain.CodeInvalidRequest, "unknown field %q (%s takes %s)", field, what, strings.Join(takes, ", "))
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"slices"
 	"sync"
 	"time"
 
@@ -109,7 +108,9 @@ type holding struct {
 }
 
 // message is anything a worker sends. Fields keep their raw JSON so that
-// "absent" and "null" stay apart, as over HTTP.
+// "absent" and "null" stay apart, as over HTTP. A type reads the fields it
+// needs and ignores the others, as over HTTP; a field no type has is
+// refused (httperr.Decode), naming it.
 type message struct {
 	Type     string          `json:"type"`
 	Ref      json.RawMessage `json:"ref"`
@@ -165,53 +166,20 @@ func (w *worker) read() {
 
 func (w *worker) handle(data []byte) {
 	var m message
-	if err := httperr.Decode(data, &m, "a message", nil); err != nil {
+	if err := httperr.Decode(data, &m, "a message"); err != nil {
 		// A message of the wrong shape still yields its ref when it has one
 		// (the decoder fills what it can), so the error can be matched.
 		w.fail(m.Ref, err)
 		return
 	}
-	takes, known := messageFields[m.Type]
-	if !known {
-		w.fail(m.Ref, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, `unknown message type %q (claim, progress, result, heartbeat, release or fail)`, m.Type))
-		return
-	}
-	if field := m.stray(takes); field != "" {
-		w.fail(m.Ref, httperr.UnknownField(field, "a "+m.Type+" message", takes))
-		return
-	}
-	if m.Type == "claim" {
+	switch m.Type {
+	case "claim":
 		w.claim(m)
-		return
+	case "progress", "result", "heartbeat", "release", "fail":
+		w.report(m)
+	default:
+		w.fail(m.Ref, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, `unknown message type %q (claim, progress, result, heartbeat, release or fail)`, m.Type))
 	}
-	w.report(m)
-}
-
-// messageFields are the fields each type of message takes. Decode refuses
-// a field no message has; stray one that another type has.
-var messageFields = map[string][]string{
-	"claim":     {"type", "ref", "query"},
-	"progress":  {"type", "ref", "id", "progress"},
-	"result":    {"type", "ref", "id", "result"},
-	"heartbeat": {"type", "ref", "id"},
-	"release":   {"type", "ref", "id", "delay", "reason"},
-	"fail":      {"type", "ref", "id", "reason"},
-}
-
-// stray is the first field m holds that is not in takes, "" for none.
-func (m message) stray(takes []string) string {
-	for _, f := range []struct {
-		name string
-		set  bool
-	}{
-		{"id", m.ID != ""}, {"query", m.Query != nil}, {"progress", m.Progress != nil},
-		{"result", m.Result != nil}, {"delay", m.Delay != nil}, {"reason", m.Reason != nil},
-	} {
-		if f.set && !slices.Contains(takes, f.name) {
-			return f.name
-		}
-	}
-	return ""
 }
 
 // claim starts waiting for a task that matches the message's query.
