@@ -61,7 +61,7 @@ func New(svc *app.Service, config ports.Config, opt Options) *API {
 		r.Use(mw)
 	}
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { a.writeError(w, r, errNoRoute) })
-	r.MethodNotAllowed(methodNotAllowed)
+	r.MethodNotAllowed(a.methodNotAllowed)
 	r.Get("/_health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 	})
@@ -108,18 +108,24 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.router.Serve
 func only(method string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method {
-			w.Header().Set("Allow", method)
-			methodNotAllowed(w, r)
+			httperr.MethodNotAllowed(w, method)
 			return
 		}
 		h(w, r)
 	}
 }
 
-func methodNotAllowed(w http.ResponseWriter, _ *http.Request) {
-	httperr.Reply{Status: http.StatusMethodNotAllowed, Body: httperr.Body{
-		Error: domain.CodeMethodNotAllowed, Message: "method not allowed on this path", Details: []domain.Violation{},
-	}}.Write(w)
+// methodNotAllowed answers chi's 405s. chi keeps the methods it found for
+// the path to itself once a handler of our own answers, so the Allow header
+// asks the router again, method by method: only a refused request pays.
+func (a *API) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+		if a.router.Match(chi.NewRouteContext(), m, r.URL.Path) {
+			allow = append(allow, m)
+		}
+	}
+	httperr.MethodNotAllowed(w, allow...)
 }
 
 type ctxKey int
@@ -135,7 +141,7 @@ func (a *API) resolveHost(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, ok := a.lookupHost(r.Host)
 		if !ok {
-			a.writeError(w, r, errUnknownHost)
+			a.writeError(w, r, unknownHost(r.Host))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), hostKey, h)))
@@ -166,7 +172,7 @@ func (a *API) resolveQueue(next http.Handler) http.Handler {
 		name := chi.URLParam(r, "queue")
 		q, ok := h.Queues[name]
 		if !ok || !domain.ValidName(name) {
-			a.writeError(w, r, errUnknownQueue)
+			a.writeError(w, r, unknownQueue(h.Name, name))
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), queueKey, q)))

@@ -2,9 +2,11 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
+	"strconv"
+	"strings"
 
 	"go.uber.org/zap"
 
@@ -30,14 +32,44 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_ = httperr.WriteJSON(w, v)
 }
 
 var (
-	errUnknownHost  = domain.E(domain.KindNotFound, domain.CodeUnknownHost, "no such host")
-	errUnknownQueue = domain.E(domain.KindNotFound, domain.CodeUnknownQueue, "no such queue")
 	errNotFound     = domain.E(domain.KindNotFound, domain.CodeNotFound, "no such task")
 	errNoRoute      = domain.E(domain.KindNotFound, domain.CodeNotFound, "no such path")
 	errUnauthorized = domain.E(domain.KindUnauthorized, domain.CodeUnauthorized, "a valid bearer token is required")
 	errForbidden    = domain.E(domain.KindForbidden, domain.CodeForbidden, "this user may not do that on this queue")
 )
+
+// unknownHost refuses a Host header no host folder answers to, saying how
+// hosts are matched: a newcomer's first request usually sends the wrong one
+// (curl http://127.0.0.1:8080/ sends Host: 127.0.0.1).
+func unknownHost(header string) error {
+	name := header
+	if h, _, err := net.SplitHostPort(header); err == nil {
+		name = h
+	}
+	return domain.E(domain.KindNotFound, domain.CodeUnknownHost,
+		"no host %s: the Host header, without its port and lower-cased, must equal the name of a folder under the hosts folder (NAME.localhost also reaches the folder NAME)",
+		quoted(strings.ToLower(name)))
+}
+
+// unknownQueue refuses a queue its host does not have (or does not serve:
+// its file is missing or has never been valid).
+func unknownQueue(host, name string) error {
+	return domain.E(domain.KindNotFound, domain.CodeUnknownQueue,
+		"no queue %s on host %q: a queue is a file QUEUE.json in the host's taskhoster-queues folder", quoted(name), host)
+}
+
+// maxQuoted bounds what a message repeats of a name the client sent: enough
+// to recognise it, not a header's worth.
+const maxQuoted = 100
+
+// quoted is s as a quoted Go string, cut to maxQuoted bytes.
+func quoted(s string) string {
+	if len(s) > maxQuoted {
+		return strconv.Quote(strings.ToValidUTF8(s[:maxQuoted], "")) + "..."
+	}
+	return strconv.Quote(s)
+}

@@ -150,8 +150,8 @@ func TestReleaseAndFail(t *testing.T) {
 	if _, view := send(t, api, "GET", "/retry/"+id, ``); view["status"] != "failed" || view["error"] != "failed" {
 		t.Errorf("view after fail: %v", view)
 	}
-	for _, call := range []string{"fail", "result"} {
-		code, m = send(t, api, "POST", "/retry/"+id+"/"+call, `{"result":{}}`)
+	for call, body := range map[string]string{"fail": `{"reason":{}}`, "result": `{"result":{}}`} {
+		code, m = send(t, api, "POST", "/retry/"+id+"/"+call, body)
 		if code != http.StatusOK || m["accepted"] != false || m["status"] != "failed" {
 			t.Errorf("%s after fail: %d %v", call, code, m)
 		}

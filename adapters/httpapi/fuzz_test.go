@@ -138,6 +138,18 @@ func FuzzRequest(f *testing.F) {
 		{"POST", "/open/claim", "", `{"max":101}`},
 		{"GET", "/ops", aliceToken, ``},
 		{"GET", "/ops/pause", aliceToken, ``},
+		// Unknown fields and fields of the wrong type (issue 15).
+		{"POST", "/open/claim", "", `{"wiat":1}`},
+		{"POST", "/open/claim", "", `{"wait":"5","worker":7}`},
+		{"POST", "/open/claim", "", `{"max":1.5}`},
+		{"POST", "/open/claim", "", `{"query":{},"wait":1e999} {}`},
+		{"POST", "/open/0123456789abcdef/progress", "", `{"progress":1,"result":2}`},
+		{"POST", "/open/0123456789abcdef/heartbeat", "", `{"attempt":"1"}`},
+		{"POST", "/open/0123456789abcdef/release", "", `{"delay":[1],"reason":{}}`},
+		{"POST", "/ops/batch", aliceToken, `{"items":[{}],"item":{}}`},
+		{"POST", "/open", "", `{"html":"<b>&</b>"}`},
+		{"GET", "/open/work", "", ``},
+		{"PUT", "/open/0123456789abcdef", "", ``},
 	}
 	for _, s := range seeds {
 		f.Add(s.method, s.path, s.token, s.body)
@@ -165,6 +177,10 @@ func FuzzRequest(f *testing.F) {
 		}
 		if rec.Body.Len() > 0 && !json.Valid(rec.Body.Bytes()) {
 			t.Fatalf("%s %s: body is not JSON: %q", method, path, rec.Body)
+		}
+		var refusal struct{ Error, Message string }
+		if rec.Code >= 400 && (json.Unmarshal(rec.Body.Bytes(), &refusal) != nil || refusal.Error == "" || refusal.Message == "") {
+			t.Fatalf("%s %s: %d without a JSON error: %q", method, path, rec.Code, rec.Body)
 		}
 		if rec.Code >= 400 && total(repo) != before {
 			t.Fatalf("%s %s refused with %d but changed the store", method, path, rec.Code)

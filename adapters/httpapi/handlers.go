@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/taskhoster/taskhoster/adapters/httperr"
 	"github.com/taskhoster/taskhoster/app"
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
@@ -237,7 +238,9 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 	return body, nil
 }
 
-// readJSON reads a JSON object body into v; an empty body leaves v as is.
+// readJSON reads a JSON object body into v, strictly (httperr.Decode: a
+// field v has no place for is refused, naming it); an empty body leaves v
+// as is.
 func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	body, err := readBody(w, r, limit)
 	if err != nil {
@@ -246,8 +249,5 @@ func readJSON(w http.ResponseWriter, r *http.Request, limit int64, v any) error 
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
-	if err := json.Unmarshal(body, v); err != nil {
-		return domain.E(domain.KindInvalid, domain.CodeInvalidJSON, "body is not a valid JSON object of the expected shape: %v", err)
-	}
-	return nil
+	return httperr.Decode(body, v, "the body")
 }

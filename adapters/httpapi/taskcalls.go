@@ -13,7 +13,9 @@ import (
 
 // taskRequest is the body of every call a worker makes about one task:
 // progress and result (SPEC §3), heartbeat, release and fail (SPEC §11).
-// Each call reads the fields it needs and ignores the others.
+// Each call reads the fields it needs and ignores the others, so that a
+// client may send one envelope to every call; a field no call has is
+// refused (readJSON), naming it.
 type taskRequest struct {
 	Worker   *string         `json:"worker"`
 	Progress json.RawMessage `json:"progress"`

@@ -9,8 +9,10 @@
 package httperr
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 
 	"github.com/taskhoster/taskhoster/domain"
@@ -96,5 +98,73 @@ func (r Reply) Write(w http.ResponseWriter) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(r.Status)
-	_ = json.NewEncoder(w).Encode(r.Body)
+	_ = WriteJSON(w, r.Body)
+}
+
+// Marshal is v as a JSON reply: not HTML-escaped, so "<", ">" and "&" in a
+// message or an item stay themselves rather than \u003c and the like, which
+// a person reading a reply with curl would have to decode (a reply is JSON,
+// never HTML). Payloads arrive escaped from the stores, whose records are
+// written by json.Marshal (domain.EncodeTask), so escaping them off is not
+// enough: unescapeHTML turns them back too.
+func Marshal(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return unescapeHTML(b), nil
+}
+
+// WriteJSON writes v as a JSON reply (Marshal) and a newline. Every JSON
+// reply of both transports is written with it or with Marshal.
+func WriteJSON(w io.Writer, v any) error {
+	b, err := Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
+}
+
+// htmlEscapes are the escapes json.Marshal writes for <, > and &.
+var htmlEscapes = map[string]byte{`\u003c`: '<', `\u003e`: '>', `\u0026`: '&'}
+
+// unescapeHTML undoes json.Marshal's HTML escapes in b, valid JSON. A
+// backslash only appears in a string, always as the start of an escape
+// (two characters, or six for \uXXXX), so reading escape by escape never
+// mistakes the text of an escaped backslash (\\u003c, the six characters
+// \u003c) for one.
+func unescapeHTML(b []byte) []byte {
+	if !bytes.Contains(b, []byte(`\u00`)) {
+		return b // the common case: nothing to undo, nothing copied
+	}
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' || i+1 == len(b) {
+			out = append(out, b[i])
+			continue
+		}
+		if i+6 <= len(b) {
+			if c, ok := htmlEscapes[string(b[i:i+6])]; ok {
+				out = append(out, c)
+				i += 5
+				continue
+			}
+		}
+		out = append(out, b[i], b[i+1])
+		i++
+	}
+	return out
+}
+
+// MethodNotAllowed answers a method a path does not take (SPEC §3: 405),
+// listing in Allow the ones it does. It is no use case's error (no Kind
+// maps to 405): only routers answer it.
+func MethodNotAllowed(w http.ResponseWriter, allow ...string) {
+	for _, m := range allow {
+		w.Header().Add("Allow", m)
+	}
+	Reply{Status: http.StatusMethodNotAllowed, Body: Body{
+		Error: domain.CodeMethodNotAllowed, Message: "this path does not take that method", Details: []domain.Violation{},
+	}}.Write(w)
 }

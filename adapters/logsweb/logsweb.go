@@ -4,9 +4,11 @@
 // cleaned with its payload sizes, and the stored payload bodies, each
 // behind a link that opens in a new tab and never inline in a page.
 //
-// The pages need no JavaScript and load nothing from elsewhere; html/template
-// escapes every value, and a Content-Security-Policy forbids scripts
-// anyway, since the names and bodies shown come from a server's users.
+// The pages work without JavaScript and load nothing from elsewhere;
+// html/template escapes every value, and a Content-Security-Policy allows
+// only the one script this server serves (live.js, which follows new
+// lines: live.go), none inline, since the names and bodies shown come from
+// a server's users.
 package logsweb
 
 import (
@@ -19,6 +21,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/taskhoster/taskhoster/domain"
@@ -31,6 +34,12 @@ type Store interface {
 	Trail(ctx context.Context, host, queue, id string) ([]tasklog.Line, error)
 	Payloads(ctx context.Context, host, queue, id string) ([]tasklog.Payload, error)
 	Payload(ctx context.Context, host, queue, id, file string) ([]byte, error)
+	// Count is how many events match f, up to a cap (more: past it).
+	Count(ctx context.Context, f tasklog.Filter) (n int, more bool, err error)
+	// Names are the hosts and queues the events name, for the form.
+	Names(ctx context.Context) (hosts, queues []string, err error)
+	// Latest is the number of the newest line, which grows with each pull.
+	Latest(ctx context.Context) (int64, error)
 }
 
 // Handler serves the browser's pages.
@@ -39,6 +48,9 @@ type Handler struct {
 	pages   *template.Template
 	onError func(error)
 	mux     *http.ServeMux
+
+	closing   chan struct{} // closed by Close: the live streams end
+	closeOnce sync.Once
 }
 
 // New makes the browser over store. onError hears every failure that
@@ -47,8 +59,10 @@ func New(store Store, onError func(error)) *Handler {
 	if onError == nil {
 		onError = func(error) {}
 	}
-	h := &Handler{store: store, pages: parsePages(), onError: onError, mux: http.NewServeMux()}
+	h := &Handler{store: store, pages: parsePages(), onError: onError, mux: http.NewServeMux(), closing: make(chan struct{})}
 	h.mux.HandleFunc("GET /{$}", h.list)
+	h.mux.HandleFunc("GET /live", h.live)
+	h.mux.HandleFunc("GET /live.js", h.script)
 	h.mux.HandleFunc("GET /tasks/{host}/{queue}/{id}", h.task)
 	h.mux.HandleFunc("GET /payloads/{host}/{queue}/{id}/{file}", h.payload)
 	return h
@@ -73,6 +87,11 @@ type form struct {
 	Limit                                           int
 }
 
+// Filter tells whether any field of the form filters.
+func (f form) Filter() bool {
+	return f.Host != "" || f.Queue != "" || f.ID != "" || f.Event != "" || f.Error != "" || f.Worker != "" || f.From != "" || f.To != ""
+}
+
 // values are the form's fields as URL parameters, for the paging links.
 func (f form) values() url.Values {
 	v := url.Values{}
@@ -93,11 +112,26 @@ type listPage struct {
 	Form   form
 	Events []domain.EventKind
 	Errors []string
-	Lines  []tasklog.Line
-	Error  string
+	// Hosts and Queues are the names the mirror's events carry, offered
+	// as the host and queue filters are typed.
+	Hosts, Queues []string
+	Lines         []tasklog.Line
+	Error         string
+	// Count is how many events match the filter; More says it is only
+	// the cap (sqlitelogs.MaxCount), and there are more.
+	Count int
+	More  bool
+	// Latest is the newest line's number when the page was read, for
+	// live.js; Follow says the page shows the newest events, so new
+	// ones are swapped in (an older page only says that they came).
+	Latest int64
+	Follow bool
 	// Paging links, "" where there is no such page.
 	Newest, Newer, Older string
 }
+
+// NewestURL is the first page of the same filter, where new events show.
+func (p listPage) NewestURL() string { return "/?" + p.Form.values().Encode() }
 
 // eventKinds are offered in the event filter, in the order of a task's life.
 func eventKinds() []domain.EventKind {
@@ -119,6 +153,17 @@ func errorCodes() []string {
 // says why and keeps the form as typed.
 func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	page := listPage{Events: eventKinds(), Errors: errorCodes()}
+	var err error
+	// Read first, so that a line stored while the page is read is news
+	// to the page and not missed.
+	if page.Latest, err = h.store.Latest(r.Context()); err != nil {
+		h.fail(w, fmt.Errorf("read the newest line: %w", err))
+		return
+	}
+	if page.Hosts, page.Queues, err = h.store.Names(r.Context()); err != nil {
+		h.fail(w, fmt.Errorf("list names: %w", err))
+		return
+	}
 	q, f, err := parseQuery(r.URL.Query())
 	page.Form = f
 	if err != nil {
@@ -126,6 +171,7 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 		h.render(w, http.StatusBadRequest, "list", page)
 		return
 	}
+	page.Follow = q.Before == nil && q.After == nil
 	events, err := h.store.Events(r.Context(), q)
 	if domain.KindOf(err) == domain.KindInvalid {
 		page.Error = errorMessage(err)
@@ -134,6 +180,10 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		h.fail(w, fmt.Errorf("list events: %w", err))
+		return
+	}
+	if page.Count, page.More, err = h.store.Count(r.Context(), q.Filter); err != nil {
+		h.fail(w, fmt.Errorf("count events: %w", err))
 		return
 	}
 	page.Lines = events.Lines
@@ -239,6 +289,8 @@ type taskPage struct {
 	Payloads        []tasklog.Payload
 	stored          map[string]bool // file → body stored
 	ListURL         string
+	Timing          timing
+	Latest          int64 // the newest line's number when read, for live.js
 }
 
 // PayloadURL is the link of an archived kind of this task, "" when the
@@ -260,6 +312,11 @@ func (h *Handler) task(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	latest, err := h.store.Latest(r.Context())
+	if err != nil {
+		h.fail(w, fmt.Errorf("read the newest line: %w", err))
+		return
+	}
 	lines, err := h.store.Trail(r.Context(), host, queue, id)
 	if err != nil {
 		h.fail(w, err)
@@ -275,7 +332,8 @@ func (h *Handler) task(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	page := taskPage{Host: host, Queue: queue, ID: id, Lines: lines, Payloads: payloads,
-		stored: map[string]bool{}, ListURL: "/?" + url.Values{"id": {id}}.Encode()}
+		stored: map[string]bool{}, ListURL: "/?" + url.Values{"id": {id}}.Encode(),
+		Timing: timingOf(lines), Latest: latest}
 	for _, p := range payloads {
 		page.stored[p.File] = p.Stored
 	}
@@ -299,9 +357,11 @@ func (h *Handler) taskPath(w http.ResponseWriter, r *http.Request) (host, queue,
 	return "", "", "", false
 }
 
-// payload serves one stored body as what it is, JSON or JSON lines, in a
-// tab of its own: GET /payloads/{host}/{queue}/{id}/{file}. nosniff and a
-// sandboxing CSP make sure a body is never run as a page, whatever it holds.
+// payload serves one stored body in a tab of its own, shown rather than
+// downloaded: JSON as JSON, and progress.jsonl (JSON lines, a type
+// browsers save to disc) as plain text. GET /payloads/{host}/{queue}/{id}/{file}.
+// nosniff and a sandboxing CSP make sure a body is never run as a page,
+// whatever it holds.
 func (h *Handler) payload(w http.ResponseWriter, r *http.Request) {
 	host, queue, id, ok := h.taskPath(w, r)
 	if !ok {
@@ -322,7 +382,11 @@ func (h *Handler) payload(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	hd := w.Header()
-	hd.Set("Content-Type", tasklog.ContentType(file))
+	contentType := tasklog.ContentType(file)
+	if contentType != "application/json" {
+		contentType = "text/plain; charset=utf-8"
+	}
+	hd.Set("Content-Type", contentType)
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("Content-Security-Policy", "default-src 'none'; sandbox")
 	hd.Set("Content-Disposition", fmt.Sprintf(`inline; filename="%s-%s"`, id, file))
@@ -361,14 +425,15 @@ func (h *Handler) fail(w http.ResponseWriter, err error) {
 	_, _ = w.Write([]byte("<!doctype html><title>Error</title><p>The task log store could not be read. See the log of logs serve.\n"))
 }
 
-// pageHeaders are the headers of every HTML page: no scripts, no framing,
-// styles only from the page itself, forms only to this server, and no
-// Referer to where a link leads.
+// pageHeaders are the headers of every HTML page: scripts only from this
+// server (live.js) and none inline, fetches and streams only to it, no
+// framing, styles only from the page itself, forms only to this server,
+// and no Referer to where a link leads.
 func pageHeaders(hd http.Header) {
 	hd.Set("Content-Type", "text/html; charset=utf-8")
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("Content-Security-Policy",
-		"default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		"default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	hd.Set("Referrer-Policy", "no-referrer")
 	hd.Set("Cache-Control", "no-cache")
 }

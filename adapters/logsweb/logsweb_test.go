@@ -269,7 +269,9 @@ func TestPayloadIsServedAsDataNotAsPage(t *testing.T) {
 	h := logsweb.New(fixture(t), nil)
 	cases := []struct{ file, contentType, body string }{
 		{"item.json", "application/json", `{"url":"https://ex.com/a.png","note":"<b>bold</b>"}`},
-		{"progress.jsonl", "application/x-ndjson", "{\"percent\":40}\n"},
+		// JSON lines as text: a browser would save application/x-ndjson
+		// to disc instead of showing it in the tab.
+		{"progress.jsonl", "text/plain; charset=utf-8", "{\"percent\":40}\n"},
 	}
 	for _, tc := range cases {
 		p := get(t, h, "/payloads/"+host+"/"+queue+"/"+idA+"/"+tc.file)
@@ -285,6 +287,9 @@ func TestPayloadIsServedAsDataNotAsPage(t *testing.T) {
 		if !strings.Contains(p.header.Get("Content-Security-Policy"), "sandbox") {
 			t.Errorf("%s: not sandboxed", tc.file)
 		}
+		if got := p.header.Get("Content-Disposition"); !strings.HasPrefix(got, "inline;") {
+			t.Errorf("%s: Content-Disposition %q, want inline", tc.file, got)
+		}
 	}
 	for _, target := range []string{
 		"/payloads/" + host + "/" + queue + "/" + idA + "/result.json", // aged out
@@ -297,6 +302,9 @@ func TestPayloadIsServedAsDataNotAsPage(t *testing.T) {
 		}
 	}
 }
+
+// liveScript is the one script tag of a page.
+const liveScript = `<script src="/live.js" defer></script>`
 
 // broken is a store whose every read fails.
 type broken struct{}
@@ -315,6 +323,13 @@ func (broken) Payloads(context.Context, string, string, string) ([]tasklog.Paylo
 func (broken) Payload(context.Context, string, string, string, string) ([]byte, error) {
 	return nil, errors.New("disk on fire")
 }
+func (broken) Count(context.Context, tasklog.Filter) (int, bool, error) {
+	return 0, false, errors.New("disk on fire")
+}
+func (broken) Names(context.Context) ([]string, []string, error) {
+	return nil, nil, errors.New("disk on fire")
+}
+func (broken) Latest(context.Context) (int64, error) { return 0, errors.New("disk on fire") }
 
 func TestStoreFailureIs500WithoutDetails(t *testing.T) {
 	var heard []error
@@ -345,7 +360,7 @@ func FuzzList(f *testing.F) {
 		if rec.Code != http.StatusOK && rec.Code != http.StatusBadRequest {
 			t.Fatalf("GET /?%s: %d", query, rec.Code)
 		}
-		if strings.Contains(rec.Body.String(), "<script") {
+		if strings.Count(rec.Body.String(), "<script") != 1 || !strings.Contains(rec.Body.String(), liveScript) {
 			t.Fatalf("GET /?%s: a raw tag in the page", query)
 		}
 	})

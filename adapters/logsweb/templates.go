@@ -35,6 +35,7 @@ const pagesHTML = `
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{{.}} · Task Logs</title>
+<script src="/live.js" defer></script>
 <style>
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5rem; color: #222; }
 h1 { font-size: 1.4rem; margin: 0 0 1rem; } h1 a { color: inherit; text-decoration: none; }
@@ -53,6 +54,12 @@ tr.failure td { background: #fdecea; } td.failure { color: #a40000; border-left:
 tr.giveback td { background: #fff6e0; } td.giveback { color: #7a4b00; border-left: 4px solid #e0a000; }
 tr.retried td { background: #e8f0fe; } td.retried { color: #1a4d99; border-left: 4px solid #3367d6; }
 .code { font-family: ui-monospace, monospace; }
+.badge { display: inline-block; font-size: .75rem; font-weight: 700; letter-spacing: .04em; padding: 0 .35rem;
+  border-radius: 3px; color: #fff; background: #c62828; margin-right: .35rem; }
+p.count { margin: .25rem 0 .75rem; } #live { font-size: .8rem; }
+p.news { background: #e8f0fe; border: 1px solid #9ab4ea; padding: .4rem .75rem; }
+dl.timing { display: grid; grid-template-columns: max-content auto; gap: .15rem 1rem; margin: .5rem 0 1rem; }
+dl.timing dt { color: #555; } dl.timing dd { margin: 0; }
 </style>
 </head>
 <body>
@@ -65,10 +72,10 @@ tr.retried td { background: #e8f0fe; } td.retried { color: #1a4d99; border-left:
 {{end}}
 
 {{/* A task failing (failed, timeout, cancelled), given back (released) or
-retried stands out by a word as well as a colour: "✗ failed" with its error
-code, "✗ cancelled", "↺ released", "↻ retried". */}}
+retried stands out by a word as well as a colour: a FAILED badge and
+"✗ failed" with its error code, "✗ cancelled", "↺ released", "↻ retried". */}}
 {{define "rowclass"}}event{{if .Failure}} failure{{else if .GaveBack}} giveback{{else if .Retried}} retried{{end}}{{end}}
-{{define "event"}}{{if .Failure}}<td class="failure"><b>✗ {{.Event}}</b>{{if and .Error (ne .Error (print .Event))}} <span class="code" title="error code">error: {{.Error}}</span>{{end}}</td>
+{{define "event"}}{{if .Failure}}<td class="failure"><span class="badge" title="the task failed for good">FAILED</span><b>✗ {{.Event}}</b>{{if and .Error (ne .Error (print .Event))}} <span class="code" title="error code">error: {{.Error}}</span>{{end}}</td>
 {{- else if .GaveBack}}<td class="giveback"><b>↺ {{.Event}}</b> <span title="given back by its worker">given back</span></td>
 {{- else if .Retried}}<td class="retried"><b>↻ {{.Event}}</b> <span title="a failed task put back to pending">back to pending</span></td>
 {{- else}}<td>{{.Event}}</td>{{end}}{{end}}
@@ -76,10 +83,11 @@ code, "✗ cancelled", "↺ released", "↻ retried". */}}
 {{define "sizes"}}<td class="num">{{size .Item}}</td><td class="num">{{size .Progress}}</td><td class="num">{{size .Result}}</td><td class="num">{{size .Error}}</td>{{end}}
 
 {{define "list"}}{{template "head" "Events"}}
+<div id="live-root" data-latest="{{.Latest}}" data-follow="{{if .Follow}}yes{{else}}no{{end}}"></div>
 <form class="filter" method="get" action="/">
-  <label>host <input name="host" id="host" value="{{.Form.Host}}" size="18"></label>
-  <label>queue <input name="queue" id="queue" value="{{.Form.Queue}}" size="12"></label>
-  <label>task id <input name="id" id="id" value="{{.Form.ID}}" size="17" class="mono"></label>
+  <label>host <input name="host" id="host" value="{{.Form.Host}}" size="18" list="hosts" placeholder="name, or prefix*"></label>
+  <label>queue <input name="queue" id="queue" value="{{.Form.Queue}}" size="12" list="queues" placeholder="name, or prefix*"></label>
+  <label>task id <input name="id" id="id" value="{{.Form.ID}}" size="17" class="mono" placeholder="id, or first digits*"></label>
   <label>event <select name="event" id="event">
     <option value="">any</option>
     {{- $ev := .Form.Event}}{{range .Events}}
@@ -90,14 +98,19 @@ code, "✗ cancelled", "↺ released", "↻ retried". */}}
     {{- $code := .Form.Error}}{{range .Errors}}
     <option{{if eq . $code}} selected{{end}}>{{.}}</option>{{end}}
   </select></label>
-  <label>worker <input name="worker" id="worker" value="{{.Form.Worker}}" size="12"></label>
+  <label>worker <input name="worker" id="worker" value="{{.Form.Worker}}" size="12" placeholder="name, or prefix*"></label>
   <label>from (UTC) <input type="datetime-local" step="1" name="from" id="from" value="{{.Form.From}}"></label>
   <label>to (UTC, before) <input type="datetime-local" step="1" name="to" id="to" value="{{.Form.To}}"></label>
   <button type="submit" id="apply">Filter</button>
   <a href="/">Clear</a>
 </form>
+<datalist id="hosts">{{range .Hosts}}<option value="{{.}}">{{end}}</datalist>
+<datalist id="queues">{{range .Queues}}<option value="{{.}}">{{end}}</datalist>
 {{if .Error}}<p class="error" id="error">{{.Error}}</p>{{end}}
-<table id="events">
+{{if not .Error}}<p class="count" id="count" data-swap>{{if .More}}More than {{.Count}} events match{{else if eq .Count 1}}1 event matches{{else}}{{.Count}} events match{{end}}{{if .Form.Filter}} the filter{{end}}.
+<span class="muted" id="live"></span></p>{{end}}
+<p class="news" id="news" hidden>Newer events came in: <a href="{{.NewestURL}}">« see the newest</a>.</p>
+<table id="events" data-swap>
 <thead><tr><th>time</th><th>host</th><th>queue</th><th>task</th><th>event</th><th>status</th>
 <th class="num">attempts</th><th>worker</th>
 <th class="num">item</th><th class="num">progress</th><th class="num">result</th><th class="num">error</th></tr></thead>
@@ -112,8 +125,9 @@ code, "✗ cancelled", "↺ released", "↻ retried". */}}
 {{end}}</tbody>
 </table>
 <p class="muted">Sizes are the payloads' bytes as each event reports them; error is the reason a worker gave, or else the error code.
-✗ marks a task failing, with its error code; ↺ a task its worker gave back.</p>
-<nav class="pages">
+FAILED and ✗ mark a task failing, with its error code; ↺ a task its worker gave back.
+Host, queue, task id and worker match exactly, or by prefix when they end in *.</p>
+<nav class="pages" id="pages" data-swap>
 {{if .Newest}}<a href="{{.Newest}}" id="newest">« newest</a>{{end}}
 {{if .Newer}}<a href="{{.Newer}}" id="newer">‹ newer</a>{{end}}
 {{if .Older}}<a href="{{.Older}}" id="older">older ›</a>{{end}}
@@ -121,10 +135,16 @@ code, "✗ cancelled", "↺ released", "↻ retried". */}}
 {{template "foot"}}{{end}}
 
 {{define "task"}}{{template "head" (print "Task " .ID)}}
+<div id="live-root" data-latest="{{.Latest}}" data-follow="yes"></div>
 <p>Task <code id="task-id">{{.ID}}</code> of queue <b>{{.Queue}}</b> on <b>{{.Host}}</b>.
-<a href="{{.ListURL}}">Its events in the list</a>.</p>
+<a href="{{.ListURL}}">Its events in the list</a>. <span class="muted" id="live"></span></p>
+{{with .Timing}}<dl class="timing" id="timing" data-swap>
+<dt>waited</dt><dd id="waited">{{if .Waited}}{{.Waited}} <span class="muted">posted → first claim</span>{{else}}<span class="muted">not claimed (as far as the mirror knows)</span>{{end}}</dd>
+<dt>ran</dt><dd id="ran">{{if .Ran}}{{.Ran}} <span class="muted">{{if gt .Claims 1}}last of {{.Claims}} claims{{else}}claim{{end}} → end</span>{{else if .Ended}}<span class="muted">ended without a claim</span>{{else}}<span class="muted">not ended (as far as the mirror knows)</span>{{end}}</dd>
+{{if .Total}}<dt>in all</dt><dd id="total">{{.Total}} <span class="muted">posted → end</span></dd>{{end}}
+</dl>{{end}}
 <h2>Trail</h2>
-<table id="trail">
+<table id="trail" data-swap>
 <thead><tr><th>time</th><th>event</th><th>status</th><th class="num">attempts</th><th>worker</th>
 <th class="num">item</th><th class="num">progress</th><th class="num">result</th><th class="num">error</th>
 <th>archived</th></tr></thead>
@@ -138,10 +158,10 @@ code, "✗ cancelled", "↺ released", "↻ retried". */}}
 {{end}}</tbody>
 </table>
 <p class="muted">Sizes are bytes as each event reported them; archived bodies open in a new tab.</p>
-{{if .Payloads}}<h2>Archived payloads</h2>
+<div id="archive" data-swap>{{if .Payloads}}<h2>Archived payloads</h2>
 <ul id="payloads">
 {{range .Payloads}}<li>{{if .Stored}}<a class="payload" href="{{$page.FileURL .File}}" target="_blank" rel="noopener">{{.File}}</a> <span class="muted">{{.Size}} bytes</span>{{else}}{{.File}} <span class="muted">(not in the mirror: not fetched yet, or aged out on the server first)</span>{{end}}</li>
-{{end}}</ul>{{end}}
+{{end}}</ul>{{end}}</div>
 {{template "foot"}}{{end}}
 
 {{define "message"}}{{template "head" .Title}}

@@ -1,11 +1,18 @@
 // Package metrics exposes Taskhoster's Prometheus metrics: transitions by
 // kind, tasks finished and failed (by error code) counted apart, dead
 // letters, give-backs, cancels and retries, refused results, re-queues by
-// cause, request latency, and, read at scrape time, queue depths from the
-// repository's index and the queues served from a stale file (SPEC §12).
+// cause, request latency by route and status, and, read at scrape time:
+// queue depths by state from the repository's index (finished and failed
+// apart), the age of each queue's oldest claimable task, worker sockets and
+// waiting claims per queue and open sockets per host beside the limits that
+// refuse them with 503 (--max-sockets, --max-waiting), and the queues served
+// from a stale file (SPEC §12).
 package metrics
 
 import (
+	"bufio"
+	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -39,6 +46,7 @@ type Metrics struct {
 	flushes  prometheus.Histogram
 	batches  prometheus.Histogram
 	failed   prometheus.Counter
+	live     *liveCollector
 }
 
 // Depths reports queue depths; the repository and the config together do.
@@ -47,8 +55,33 @@ type Depths interface {
 	Counts(q domain.QueueRef) ports.Counts
 }
 
-// New registers every metric on a fresh registry.
-func New(depths Depths) *Metrics {
+// Sockets counts the open sockets; wsapi.Sockets does.
+type Sockets interface {
+	Workers(q domain.QueueRef) int // worker sockets of q connected
+	Open(host string) int          // sockets (worker and watch) of host open
+}
+
+// Waiting counts the claims waiting for work on a queue; notify.Hub does.
+type Waiting interface {
+	Waiting(q domain.QueueRef) int
+}
+
+// Sources are what the metrics read when scraped. Depths is required; a
+// nil Clock is the system's; a nil Waiting reports no waiting claims. The
+// limits are reported as they are given (0: not reported).
+type Sources struct {
+	Depths  Depths
+	Clock   ports.Clock // judges the age of the oldest claimable task
+	Waiting Waiting
+	// MaxSocketsPerHost and MaxWaiting are the limits past which a socket
+	// or a waiting claim is refused with 503 (--max-sockets, --max-waiting).
+	MaxSocketsPerHost, MaxWaiting int
+}
+
+// New registers every metric on a fresh registry. The sockets are counted
+// once CountSockets is given them.
+func New(src Sources) *Metrics {
+	depths := src.Depths
 	reg := prometheus.NewRegistry()
 	queue := []string{"host", "queue"}
 	m := &Metrics{
@@ -112,10 +145,11 @@ func New(depths Depths) *Metrics {
 			Name: "taskhoster_flush_failures_total", Help: "Flushes that failed (the disc refused them).",
 		}),
 	}
+	m.live = newLiveCollector(src)
 	reg.MustRegister(m.posts, m.claims, m.results, m.requeues, m.timeouts,
 		m.finished, m.failures, m.dead, m.releases, m.cancels, m.retries,
 		m.events, m.latency, m.flushes, m.batches, m.failed,
-		newDepthCollector(depths), newStaleCollector(depths),
+		newDepthCollector(depths), newStaleCollector(depths), m.live,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -194,40 +228,92 @@ func (m *Metrics) Handler() http.Handler {
 }
 
 // Middleware records each request's latency under its route pattern (not
-// its path, which would make a series per task id).
+// its path, which would make a series per task id) and its status. A
+// WebSocket's status is 101 once upgraded: the upgrade writes it on the
+// hijacked connection, where the wrapped writer never sees it. Its latency
+// is then the socket's whole life.
 func (m *Metrics) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		ww := &statusWriter{WrapResponseWriter: middleware.NewWrapResponseWriter(w, r.ProtoMajor)}
 		next.ServeHTTP(ww, r)
 		route := "unmatched"
 		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
 			route = rc.RoutePattern()
 		}
-		m.latency.WithLabelValues(route, r.Method, strconv.Itoa(ww.Status())).Observe(time.Since(start).Seconds())
+		m.latency.WithLabelValues(route, r.Method, strconv.Itoa(ww.status())).Observe(time.Since(start).Seconds())
 	})
+}
+
+// statusWriter tells a hijacked connection (an upgraded WebSocket) from a
+// handler that wrote nothing. Hijack and Flush are passed on, so the
+// handlers below see a writer that can do what the server's can.
+type statusWriter struct {
+	middleware.WrapResponseWriter
+	hijacked bool
+}
+
+func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	h, ok := w.WrapResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, fmt.Errorf("metrics: the response writer cannot be hijacked")
+	}
+	conn, rw, err := h.Hijack()
+	if err == nil {
+		w.hijacked = true
+	}
+	return conn, rw, err
+}
+
+func (w *statusWriter) Flush() {
+	if f, ok := w.WrapResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// status is what the client was answered: 101 for a hijacked connection
+// without a status written (gorilla writes its 101 on the connection), and
+// 200 for a handler that wrote nothing, as net/http answers then.
+func (w *statusWriter) status() int {
+	switch s := w.Status(); {
+	case s != 0:
+		return s
+	case w.hijacked:
+		return http.StatusSwitchingProtocols
+	}
+	return http.StatusOK
 }
 
 // depthCollector reads queue depths from the index when scraped, so depth
 // costs nothing between scrapes.
 type depthCollector struct {
-	d    Depths
-	desc *prometheus.Desc
+	d       Depths
+	desc    *prometheus.Desc
+	delayed *prometheus.Desc
 }
 
 func newDepthCollector(d Depths) depthCollector {
-	return depthCollector{d: d, desc: prometheus.NewDesc("taskhoster_queue_tasks",
-		"Tasks in a queue by state directory.", []string{"host", "queue", "state"}, nil)}
+	return depthCollector{d: d,
+		desc: prometheus.NewDesc("taskhoster_queue_tasks",
+			"Tasks in a queue by state (pending, processing, finished, failed); the states add up to the queue's tasks.",
+			[]string{"host", "queue", "state"}, nil),
+		delayed: prometheus.NewDesc("taskhoster_queue_delayed_tasks",
+			"Pending tasks not claimable yet (a delay, a notBefore or a retry backoff), of taskhoster_queue_tasks{state=\"pending\"}.",
+			[]string{"host", "queue"}, nil),
+	}
 }
 
-func (c depthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c depthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc; ch <- c.delayed }
 
 func (c depthCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, q := range c.d.Queues() {
 		n := c.d.Counts(q.Ref())
-		for state, v := range map[string]int{"pending": n.Pending, "processing": n.Processing, "done": n.Done} {
+		for state, v := range map[string]int{
+			"pending": n.Pending, "processing": n.Processing, "finished": n.Done - n.Failed, "failed": n.Failed,
+		} {
 			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(v), q.Host, q.Name, state)
 		}
+		ch <- prometheus.MustNewConstMetric(c.delayed, prometheus.GaugeValue, float64(n.Delayed), q.Host, q.Name)
 	}
 }
 

@@ -23,7 +23,7 @@ var _ Depths = noDepths{}
 // end (and to come back) and reads what /metrics serves.
 func TestFinishedAndFailedAreCountedApart(t *testing.T) {
 	now := time.Date(2026, 7, 26, 9, 0, 0, 0, time.UTC)
-	m := New(noDepths{})
+	m := New(Sources{Depths: noDepths{}})
 	must := func(t2 domain.Task, ev domain.Event, err error) domain.Task {
 		t.Helper()
 		if err != nil {
@@ -141,7 +141,7 @@ func TestStaleQueueFiles(t *testing.T) {
 		{Host: "task.example.com", Name: "thumbnail",
 			Problems: []string{"thumbnail.json: /settings/leaseSecond: unknown setting"}},
 	}
-	m := New(qs)
+	m := New(Sources{Depths: qs})
 	want := `
 # HELP taskhoster_queue_file_stale 1 when a queue is served from the last valid version of its file because the file is invalid now (see the server log or taskhoster check), else 0.
 # TYPE taskhoster_queue_file_stale gauge

@@ -38,13 +38,18 @@ func TestEventsPlansUseAnIndexInTimeOrder(t *testing.T) {
 		{"error", tasklog.Query{Filter: tasklog.Filter{Error: "attempts"}}, "lines_error"},
 		{"worker in a time range", tasklog.Query{Filter: tasklog.Filter{Worker: "box-1", From: from}}, "lines_worker"},
 		{"event and queue", tasklog.Query{Filter: tasklog.Filter{Event: "result", Queue: "resize"}}, "lines_queue_event"},
+		// A prefix reads a range of its column's index, then sorts what it
+		// found by time: the one kind of filter that sorts.
+		{"queue prefix", tasklog.Query{Filter: tasklog.Filter{Queue: "res*"}}, "lines_queue"},
+		{"task id prefix", tasklog.Query{Filter: tasklog.Filter{ID: "9f2c*"}}, "lines_id"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.q.Limit = tasklog.DefaultLimit
 			query, args := eventsSQL(tc.q)
 			plan := explain(t, s, query, args)
-			if strings.Contains(plan, "TEMP B-TREE") || !strings.Contains(plan, "USING INDEX") {
+			_, prefix := tasklog.Prefix(tc.q.Filter.Queue + tc.q.Filter.ID)
+			if (strings.Contains(plan, "TEMP B-TREE") && !prefix) || !strings.Contains(plan, "USING INDEX") {
 				t.Errorf("plan sorts or scans:\n%s", plan)
 			}
 			t.Logf("%s", plan)

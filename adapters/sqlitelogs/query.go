@@ -102,12 +102,30 @@ func filterSQL(f tasklog.Filter) (where []string, args []any) {
 			args = append(args, value)
 		}
 	}
-	eq("host", f.Host)
-	eq("queue", f.Queue)
-	eq("id", f.ID)
+	// A prefix is a range of the column's index: from the prefix up to,
+	// not including, the prefix with its last byte one higher, which every
+	// value that starts with it sorts before (SQLite compares text
+	// byte by byte). Matches come in the column's order, so they are
+	// sorted by time after.
+	match := func(column, value string) {
+		p, prefix := tasklog.Prefix(value)
+		switch {
+		case !prefix:
+			eq(column, value)
+		case p != "" && p[len(p)-1] < 0xff:
+			where = append(where, column+" >= ? AND "+column+" < ?")
+			args = append(args, p, p[:len(p)-1]+string([]byte{p[len(p)-1] + 1}))
+		case p != "":
+			where = append(where, "substr("+column+", 1, ?) = ?")
+			args = append(args, len(p), p)
+		}
+	}
+	match("host", f.Host)
+	match("queue", f.Queue)
+	match("id", f.ID)
 	eq("event", string(f.Event))
 	eq("error", f.Error)
-	eq("worker", f.Worker)
+	match("worker", f.Worker)
 	if !f.From.IsZero() {
 		where = append(where, "ms >= ?")
 		args = append(args, f.From.UnixMilli())
@@ -215,4 +233,80 @@ func (s *Store) Payload(ctx context.Context, host, queue, id, file string) ([]by
 		body = []byte{}
 	}
 	return body, nil
+}
+
+// MaxCount is where Count stops counting: a count costs a read of every
+// match, and past this many a person wants a narrower filter, not a number.
+const MaxCount = 100_000
+
+// Count is how many stored events match f, up to MaxCount (more reads as
+// MaxCount and true).
+func (s *Store) Count(ctx context.Context, f tasklog.Filter) (n int, more bool, err error) {
+	if err := f.Validate(); err != nil {
+		return 0, false, err
+	}
+	where, args := filterSQL(f)
+	query := `SELECT 1 FROM lines`
+	if len(where) > 0 {
+		query += ` WHERE ` + strings.Join(where, " AND ")
+	}
+	err = s.db.QueryRowContext(ctx, `SELECT count(*) FROM (`+query+` LIMIT ?)`, append(args, MaxCount+1)...).Scan(&n)
+	if err != nil {
+		return 0, false, fmt.Errorf("count events: %w", err)
+	}
+	if n > MaxCount {
+		return MaxCount, true, nil
+	}
+	return n, false, nil
+}
+
+// Names are the hosts and the queues the stored events name, sorted, for
+// the filter form to offer.
+func (s *Store) Names(ctx context.Context) (hosts, queues []string, err error) {
+	if hosts, err = s.distinct(ctx, "host"); err != nil {
+		return nil, nil, err
+	}
+	if queues, err = s.distinct(ctx, "queue"); err != nil {
+		return nil, nil, err
+	}
+	return hosts, queues, nil
+}
+
+// distinct lists the values of an indexed column by hopping from one to the
+// next along its index, so it costs a look-up per value, not a read of
+// every line. column is one of this file's constants, never input.
+func (s *Store) distinct(ctx context.Context, column string) ([]string, error) {
+	rows, err := s.db.QueryContext(ctx, `
+		WITH RECURSIVE v(name) AS (
+			SELECT min(`+column+`) FROM lines
+			UNION ALL
+			SELECT (SELECT min(`+column+`) FROM lines WHERE `+column+` > v.name) FROM v WHERE v.name IS NOT NULL
+		)
+		SELECT name FROM v WHERE name IS NOT NULL LIMIT 10000`)
+	if err != nil {
+		return nil, fmt.Errorf("list %ss: %w", column, err)
+	}
+	defer rows.Close()
+	var names []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, fmt.Errorf("list %ss: %w", column, err)
+		}
+		names = append(names, name)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list %ss: %w", column, err)
+	}
+	return names, nil
+}
+
+// Latest is the number of the newest stored line (0 for none): it grows
+// with every line a pull stores, so a page can tell it has news.
+func (s *Store) Latest(ctx context.Context) (int64, error) {
+	var seq int64
+	if err := s.db.QueryRowContext(ctx, `SELECT coalesce(max(seq), 0) FROM lines`).Scan(&seq); err != nil {
+		return 0, fmt.Errorf("read the newest line: %w", err)
+	}
+	return seq, nil
 }

@@ -31,6 +31,13 @@ func FuzzWorkerMessage(f *testing.F) {
 		`{"type":"fail","ref":6,"id":"0123456789abcdef","reason":"broken"}`,
 		`{"type":"fail","id":"0123456789abcdef"}`,
 		`{"type":"nope"}`,
+		// Unknown fields and fields of the wrong type (issue 15).
+		`{"type":"claim","ref":7,"qeury":{}}`,
+		`{"type":"claim","ref":8,"id":"0123456789abcdef"}`,
+		`{"type":"heartbeat","id":"0123456789abcdef","progress":1}`,
+		`{"type":"progress","id":7,"progress":1}`,
+		`{"type":"result","ref":{"a":1},"id":"0123456789abcdef","result":"<b>&</b>","extra":1}`,
+		`{"type":"claim"} {"type":"claim"}`,
 		`{"type":1}`,
 		`[]`, `null`, `{`, ``, "\xff",
 	} {

@@ -2,7 +2,6 @@ package wsapi
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -116,13 +115,13 @@ func (p *peer) sendBytes(data []byte) bool { return p.queue(frame{data: data}) }
 
 // internalError is what the peer gets should a reply not encode:
 // {"type":"error","error":"internal","message":"internal error","details":[]}.
-var internalError, _ = json.Marshal(errorReply{Type: "error", Body: httperr.Internal()})
+var internalError, _ = httperr.Marshal(errorReply{Type: "error", Body: httperr.Internal()})
 
-// encode is v as JSON. Every reply is built from values that encode (a ref
+// encode is v as JSON, not HTML-escaped (httperr.Encoder). Every reply is built from values that encode (a ref
 // was parsed as JSON, an item or a result was stored as JSON); should one
 // not, the peer still gets an answer rather than silence.
 func encode(v any) []byte {
-	data, err := json.Marshal(v)
+	data, err := httperr.Marshal(v)
 	if err != nil {
 		return internalError
 	}

@@ -20,6 +20,10 @@ const watchReadLimit = 4 << 10
 // at once, then a view on every change, and after a terminal view a close
 // with code 1000. httpapi has checked access and that the task exists.
 func (s *Sockets) Watch(w http.ResponseWriter, r *http.Request, q *domain.Queue, id string) {
+	if !websocket.IsWebSocketUpgrade(r) {
+		s.refuse(w, errNotUpgrade, "watch socket refused")
+		return
+	}
 	leave, refused := s.enter(q.Host)
 	if refused != nil {
 		s.refuse(w, refused, "watch socket refused")

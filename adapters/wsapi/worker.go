@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gorilla/websocket"
 	"github.com/taskhoster/taskhoster/adapters/httperr"
 	"github.com/taskhoster/taskhoster/app"
 	"github.com/taskhoster/taskhoster/domain"
@@ -31,6 +32,10 @@ const maxReports = 256
 // who has the work right. It returns when the socket has closed and every
 // task it still held is pending again.
 func (s *Sockets) Work(w http.ResponseWriter, r *http.Request, q *domain.Queue, user string) {
+	if !websocket.IsWebSocketUpgrade(r) {
+		s.refuse(w, errNotUpgrade, "worker socket refused")
+		return
+	}
 	name, bad := workerName(r, user)
 	if bad != nil {
 		s.refuse(w, bad, "worker socket refused")
@@ -103,7 +108,9 @@ type holding struct {
 }
 
 // message is anything a worker sends. Fields keep their raw JSON so that
-// "absent" and "null" stay apart, as over HTTP.
+// "absent" and "null" stay apart, as over HTTP. A type reads the fields it
+// needs and ignores the others, as over HTTP; a field no type has is
+// refused (httperr.Decode), naming it.
 type message struct {
 	Type     string          `json:"type"`
 	Ref      json.RawMessage `json:"ref"`
@@ -159,10 +166,10 @@ func (w *worker) read() {
 
 func (w *worker) handle(data []byte) {
 	var m message
-	if err := json.Unmarshal(data, &m); err != nil {
+	if err := httperr.Decode(data, &m, "a message"); err != nil {
 		// A message of the wrong shape still yields its ref when it has one
-		// (Unmarshal fills what it can), so the error can be matched.
-		w.fail(m.Ref, domain.E(domain.KindInvalid, domain.CodeInvalidJSON, "a message must be a JSON object of the expected shape: %v", err))
+		// (the decoder fills what it can), so the error can be matched.
+		w.fail(m.Ref, err)
 		return
 	}
 	switch m.Type {

@@ -18,6 +18,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -105,19 +106,46 @@ type Sockets struct {
 // New builds the socket endpoints over the use cases.
 func New(svc *app.Service, opts Options) *Sockets {
 	opts = opts.withDefaults()
-	return &Sockets{
+	s := &Sockets{
 		svc: svc, opts: opts, logger: opts.Logger,
-		upgrader: websocket.Upgrader{
-			// Sockets authenticate with a bearer token (header or
-			// ?access_token=), never with a cookie the browser adds on its
-			// own, so a page from another origin gains nothing by opening
-			// one: there is no cross-site request to forge.
-			CheckOrigin: func(*http.Request) bool { return true },
-		},
 		stop:    make(chan struct{}),
 		open:    make(map[string]int),
 		workers: make(map[domain.QueueRef]int),
 	}
+	s.upgrader = websocket.Upgrader{
+		// Sockets authenticate with a bearer token (header or
+		// ?access_token=), never with a cookie the browser adds on its
+		// own, so a page from another origin gains nothing by opening
+		// one: there is no cross-site request to forge.
+		CheckOrigin: func(*http.Request) bool { return true },
+		Error:       s.upgradeError,
+	}
+	return s
+}
+
+// errNotUpgrade refuses a request to a socket endpoint that does not ask
+// for a WebSocket (a curl or a browser tab on /{queue}/work).
+var errNotUpgrade = domain.E(domain.KindInvalid, domain.CodeInvalidRequest,
+	"this is a WebSocket endpoint: connect with a WebSocket client (GET with Connection: Upgrade and Upgrade: websocket)")
+
+// upgradeError answers a handshake the upgrader refused in JSON, as every
+// error is (SPEC §3), where gorilla would write plain text. Its reasons
+// name the header at fault; they start with the library's "websocket: ".
+func (s *Sockets) upgradeError(w http.ResponseWriter, _ *http.Request, status int, reason error) {
+	msg := strings.TrimPrefix(reason.Error(), "websocket: ")
+	var err error
+	switch status {
+	case http.StatusBadRequest:
+		err = domain.E(domain.KindInvalid, domain.CodeInvalidRequest, "not a WebSocket handshake: %s", msg)
+	case http.StatusMethodNotAllowed:
+		httperr.MethodNotAllowed(w, http.MethodGet)
+		return
+	case http.StatusForbidden:
+		err = domain.E(domain.KindForbidden, domain.CodeForbidden, "%s", msg)
+	default:
+		err = reason // internal: logged, masked
+	}
+	s.refuse(w, err, "socket upgrade failed")
 }
 
 // Open is how many sockets (worker and watch) of host are open, of the

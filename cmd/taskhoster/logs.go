@@ -190,15 +190,18 @@ func logsServe(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "taskhoster logs serve: %v\n", err)
 		return 1
 	}
+	pages := logsweb.New(st, func(err error) {
+		fmt.Fprintf(stderr, "taskhoster logs serve: %v\n", err)
+	})
 	srv := &http.Server{
-		Handler: logsweb.New(st, func(err error) {
-			fmt.Fprintf(stderr, "taskhoster logs serve: %v\n", err)
-		}),
+		Handler:           pages,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      5 * time.Minute, // a big progress.jsonl on a slow link
 		IdleTimeout:       2 * time.Minute,
 	}
+	// The pages' live streams end at shutdown; Shutdown would wait for them.
+	srv.RegisterOnShutdown(pages.Close)
 	fmt.Fprintf(stdout, "Task Logs of %s on http://%s/\n", *store, ln.Addr())
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -10,7 +10,9 @@ import (
 )
 
 // Filter narrows the events the browser lists. Every field left zero lets
-// everything through; the others must all match, exactly.
+// everything through; the others must all match, exactly, except that a
+// Host, Queue, ID or Worker ending in "*" matches every value starting
+// with what comes before it (Prefix).
 type Filter struct {
 	Host   string
 	Queue  string
@@ -27,23 +29,52 @@ type Filter struct {
 // empty page. The error is a domain.Error of KindInvalid.
 func (f Filter) Validate() error {
 	switch {
-	case f.Host != "" && !domain.ValidHost(f.Host):
-		return invalid("host %q is not a host name", f.Host)
-	case f.Queue != "" && !domain.ValidName(f.Queue):
-		return invalid("queue %q is not a queue name", f.Queue)
-	case f.ID != "" && !domain.ValidID(f.ID):
-		return invalid("task id %q is not 16 lower-case hex characters", f.ID)
+	case !validOrPrefix(f.Host, domain.ValidHost, hostChars, 253):
+		return invalid("host %q is not a host name, nor the start of one followed by *", f.Host)
+	case !validOrPrefix(f.Queue, domain.ValidName, nameChars, 63):
+		return invalid("queue %q is not a queue name, nor the start of one followed by *", f.Queue)
+	case !validOrPrefix(f.ID, domain.ValidID, hexChars, 16):
+		return invalid("task id %q is not 16 lower-case hex characters, nor the first few followed by *", f.ID)
 	case f.Event != "" && !validWord(string(f.Event)):
 		return invalid("event %q is not an event name", f.Event)
 	case f.Error != "" && !validWord(f.Error):
 		return invalid("error %q is not an error code", f.Error)
-	case len(f.Worker) > maxWorker:
+	case len(strings.TrimSuffix(f.Worker, "*")) > maxWorker:
 		return invalid("worker name is longer than %d bytes", maxWorker)
 	case !f.From.IsZero() && !f.To.IsZero() && !f.From.Before(f.To):
 		return invalid("the time range is empty: from %s is not before to %s",
 			f.From.UTC().Format(time.RFC3339), f.To.UTC().Format(time.RFC3339))
 	}
 	return nil
+}
+
+// Prefix reads a filter value: the start of the values it matches and
+// true when it ends in "*", else the value itself and false.
+func Prefix(v string) (string, bool) {
+	if p, ok := strings.CutSuffix(v, "*"); ok {
+		return p, true
+	}
+	return v, false
+}
+
+// The characters a prefix of each kind of name may hold.
+const (
+	hostChars = "abcdefghijklmnopqrstuvwxyz0123456789.-"
+	nameChars = "abcdefghijklmnopqrstuvwxyz0123456789_-"
+	hexChars  = "0123456789abcdef"
+)
+
+// validOrPrefix accepts "" (no filter), a whole valid name, or the start
+// of one (chars only, at most max of them) followed by "*".
+func validOrPrefix(v string, valid func(string) bool, chars string, max int) bool {
+	p, prefix := Prefix(v)
+	switch {
+	case v == "":
+		return true
+	case !prefix:
+		return valid(v)
+	}
+	return len(p) <= max && strings.Trim(p, chars) == ""
 }
 
 // Position is a place in the list of events, newest first: events are

@@ -320,7 +320,7 @@ func TestAdminAndShutdown(t *testing.T) {
 		`taskhoster_claims_total{host="task.example.com",queue="public"} 1`,
 		`taskhoster_results_total{host="task.example.com",outcome="accepted",queue="public"} 1`,
 		`taskhoster_results_total{host="task.example.com",outcome="refused",queue="public"} 1`,
-		`taskhoster_queue_tasks{host="task.example.com",queue="public",state="done"} 1`,
+		`taskhoster_queue_tasks{host="task.example.com",queue="public",state="finished"} 1`,
 		`taskhoster_request_duration_seconds_count`,
 	} {
 		if code != 200 || !strings.Contains(body, want) {

@@ -341,11 +341,24 @@ var SchemaModule = fx.Module("schema",
 	fx.Provide(fx.Annotate(func() schema.Compiler { return schema.Compiler{} }, fx.As(new(ports.SchemaCompiler)))),
 )
 
-// MetricsModule registers the Prometheus metrics.
+// MetricsModule registers the Prometheus metrics. The sockets are counted
+// through an Invoke: they are built on the use cases, which report to the
+// metrics, so the metrics cannot take them as an argument.
 var MetricsModule = fx.Module("metrics",
-	fx.Provide(func(config ports.Config, repo ports.TaskRepository) *metrics.Metrics {
-		return metrics.New(depths{config, repo})
+	fx.Provide(func(cfg Config, config ports.Config, repo ports.TaskRepository, clock ports.Clock, hub *notify.Hub) *metrics.Metrics {
+		maxSockets, maxWaiting := cfg.MaxSocketsPerHost, cfg.MaxWaiting
+		if maxSockets == 0 {
+			maxSockets = wsapi.DefaultMaxSocketsPerHost
+		}
+		if maxWaiting == 0 {
+			maxWaiting = app.DefaultMaxWaiting
+		}
+		return metrics.New(metrics.Sources{
+			Depths: depths{config, repo}, Clock: clock, Waiting: hub,
+			MaxSocketsPerHost: maxSockets, MaxWaiting: maxWaiting,
+		})
 	}),
+	fx.Invoke(func(m *metrics.Metrics, s *wsapi.Sockets) { m.CountSockets(s) }),
 )
 
 type depths struct {
