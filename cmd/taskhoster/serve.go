@@ -158,19 +158,23 @@ func newLogger(level, format string, out *os.File) (*zap.Logger, error) {
 	}
 	terminal := isTerminal(out)
 	if format == "auto" {
-		format = map[bool]string{true: "console", false: "json"}[terminal]
+		format = "json"
+		if terminal {
+			format = "console"
+		}
 	}
 	enc := zap.NewProductionEncoderConfig()
 	enc.TimeKey = "time"
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	opts := []zap.Option{zap.AddStacktrace(zapcore.DPanicLevel), zap.ErrorOutput(zapcore.Lock(os.Stderr))}
 	var encoder zapcore.Encoder
 	switch format {
 	case "json":
 		encoder = zapcore.NewJSONEncoder(enc)
+		opts = append(opts, zap.AddCaller())
 	case "console":
 		// The level as a word, coloured too on a terminal; no caller: a
 		// person reads the message and its fields.
-		enc.CallerKey = zapcore.OmitKey
 		enc.EncodeLevel = zapcore.CapitalLevelEncoder
 		if terminal {
 			enc.EncodeLevel = zapcore.CapitalColorLevelEncoder
@@ -183,8 +187,7 @@ func newLogger(level, format string, out *os.File) (*zap.Logger, error) {
 	// 100 a second and then every 100th, so a flood (a host of bad files,
 	// a burst of requests at debug) cannot fill the disc or stall the server.
 	core := zapcore.NewSamplerWithOptions(zapcore.NewCore(encoder, zapcore.Lock(out), lvl), time.Second, 100, 100)
-	return zap.New(core, zap.AddCaller(), zap.AddStacktrace(zapcore.DPanicLevel),
-		zap.ErrorOutput(zapcore.Lock(os.Stderr))), nil
+	return zap.New(core, opts...), nil
 }
 
 // isTerminal reports whether f is a terminal (a character device: a tty,
