@@ -41,15 +41,16 @@ func WithHost(name string) Option { return func(c *Client) { c.host = name } }
 // WithToken authenticates every request with "Authorization: Bearer token".
 func WithToken(token string) Option { return func(c *Client) { c.token = token } }
 
-// WithHTTPClient makes requests with hc instead of http.DefaultClient. The
-// WebSocket dials reuse its transport's TLS and proxy settings when it is
-// an *http.Transport.
+// WithHTTPClient makes requests with hc instead of a client of the
+// package's own transport (NewTransport: http.DefaultTransport that also
+// takes NAME.localhost to be this machine). The WebSocket dials reuse hc's
+// transport's dialer, TLS and proxy settings when it is an *http.Transport.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http = hc } }
 
 // New returns a client of the server at URL server (http or https). A bad
 // URL is not reported here but by every call, so New can be used inline.
 func New(server string, opts ...Option) *Client {
-	c := &Client{http: http.DefaultClient}
+	c := &Client{http: defaultHTTP()}
 	u, err := url.Parse(strings.TrimRight(server, "/"))
 	switch {
 	case err != nil:

@@ -73,7 +73,12 @@ func (c *Client) dial(ctx context.Context, path string) (*websocket.Conn, error)
 	if c.err != nil {
 		return nil, c.err
 	}
-	d := websocket.Dialer{HandshakeTimeout: handshakeTimeout, Proxy: http.ProxyFromEnvironment}
+	// Without an *http.Transport to copy, dial as NewTransport does.
+	d := websocket.Dialer{
+		HandshakeTimeout: handshakeTimeout,
+		Proxy:            proxyNotLocalhost(http.ProxyFromEnvironment),
+		NetDialContext:   dialLocalhost(nil),
+	}
 	tr := c.http.Transport
 	if tr == nil {
 		tr = http.DefaultTransport

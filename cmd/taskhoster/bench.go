@@ -14,35 +14,29 @@ import (
 	"github.com/taskhoster/taskhoster/internal/bench"
 )
 
-const benchUsage = `taskhoster bench [flags]: measure this build (BENCHMARKS.md).
+const benchSynopsis = `bench [flags]
 
-Starts this binary as "serve" on fresh folders under --dir (one server per
-run, on 127.0.0.1 ports the kernel picks) and measures, as the median
-[min–max] of --runs runs: throughput (P producers post N tasks while W
-workers finish them, over the socket and over HTTP, --sync always and none),
-hand-off latency to an idle worker, posts alone (P producers post N tasks
-one per request, then in batches of --batch-size, no workers: tasks/s and
-the ratio), claims among many pending tasks, start-up over many task
-files, and memory per pending task. Every
-throughput run checks that each task was finished exactly once (by the
-clients and by the event log); any failure exits 1.
+Measures this build (BENCHMARKS.md says how, and what was found). Starts
+this binary as "serve" on fresh folders under --dir (one server per run,
+on 127.0.0.1 ports the kernel picks, with no TASKHOSTER_* variable of this
+shell) and measures, as the median [min–max] of --runs runs: throughput
+(P producers post N tasks while W workers finish them, over the socket and
+over HTTP, --sync always and none), hand-off latency to an idle worker,
+posts alone (P producers post N tasks one per request, then in batches of
+--batch-size, no workers: tasks/s and the ratio), claims among many
+pending tasks, start-up over many task files, and memory per pending task.
+Every throughput run checks that each task was finished exactly once (by
+the clients and by the event log); any failure exits 1.
 
 With --url it measures an existing server instead (throughput and hand-off
 only; --logs DIR adds the event-log check). With --peers it runs the same
 throughput workload, round by round, against Taskhoster (sync always and
 none), beanstalkd (-f 0 and without binlog), fsfloor and, with --river and
 --database-url, River on PostgreSQL (bench/river, built on its own), and
-prints the ratios.
-
-Flags:
-`
+prints the ratios.`
 
 func benchCmd(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("bench", stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, benchUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlags("bench", benchSynopsis, stderr)
 	d := bench.Defaults()
 	var (
 		dir        = fs.String("dir", "/var/tmp", "the folder on the disc under test; each run's data goes in a fresh sub-folder, removed afterwards")
@@ -80,11 +74,10 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		floorModes = fs.String("floor-modes", strings.Join(d.FloorModes, ","), "with --peers: fsfloor modes")
 	)
 	if err := parse(fs, args); err != nil {
-		return 2
+		return flagError(fs, stderr, err)
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "taskhoster bench: unexpected argument %q\n", fs.Arg(0))
-		return 2
+		return badUsage(fs, stderr, "unexpected argument %q", fs.Arg(0))
 	}
 	c := d
 	c.Dir, c.Label, c.Binary, c.Commit = *dir, *label, *binary, *commit

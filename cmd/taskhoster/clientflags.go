@@ -10,7 +10,7 @@ import (
 	"github.com/taskhoster/taskhoster/client"
 )
 
-// connFlags are the flags every client command takes (SPEC §10), each also
+// connFlags are the flags every client command takes, each also
 // an environment variable: TASKHOSTER_SERVER, TASKHOSTER_HOST,
 // TASKHOSTER_TOKEN.
 type connFlags struct{ server, host, token string }
@@ -36,12 +36,7 @@ func (f *connFlags) client() *client.Client {
 
 // clientFlags makes the flag set of a client command with its usage line.
 func clientFlags(name, synopsis string, stderr io.Writer) (*flag.FlagSet, *connFlags) {
-	fs := newFlags(name, stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: taskhoster %s\n\nFlags:\n", synopsis)
-		fs.PrintDefaults()
-		printEnv(fs, stderr)
-	}
+	fs := newFlags(name, synopsis, stderr)
 	return fs, addConnFlags(fs)
 }
 

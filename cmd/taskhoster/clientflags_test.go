@@ -23,7 +23,7 @@ func TestParseArgsTakesFlagsAnywhere(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			fs := newFlags("test", io.Discard)
+			fs := newFlags("test", "test", io.Discard)
 			exec := fs.String("exec", "", "")
 			conc := fs.String("concurrency", "1", "")
 			once := fs.Bool("once", false, "")
@@ -43,7 +43,7 @@ func TestParseArgsTakesFlagsAnywhere(t *testing.T) {
 
 func TestParseArgsEnvironmentAndUnknownFlags(t *testing.T) {
 	t.Setenv("TASKHOSTER_TOKEN", "from-env")
-	fs := newFlags("test", io.Discard)
+	fs := newFlags("test", "test", io.Discard)
 	conn := addConnFlags(fs)
 	if _, err := parseArgs(fs, []string{"q"}); err != nil {
 		t.Fatal(err)
@@ -51,7 +51,7 @@ func TestParseArgsEnvironmentAndUnknownFlags(t *testing.T) {
 	if conn.token != "from-env" || conn.server != "http://127.0.0.1:8080" {
 		t.Errorf("token %q server %q", conn.token, conn.server)
 	}
-	fs = newFlags("test", io.Discard)
+	fs = newFlags("test", "test", io.Discard)
 	addConnFlags(fs)
 	if _, err := parseArgs(fs, []string{"q", "--nope"}); err == nil {
 		t.Error("an unknown flag was accepted")

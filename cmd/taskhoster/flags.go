@@ -5,27 +5,32 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 )
 
 // newFlags makes a flag set for a subcommand that reports errors to stderr
-// instead of exiting, so run can return an exit code.
-func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+// instead of exiting, so run can return an exit code. Its help (-h, or a
+// wrong command line) is "Usage: taskhoster " and synopsis (the command
+// line, a blank line, what the command does), then the flags and their
+// environment variables.
+func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("taskhoster "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage of %s:\n", fs.Name())
-		fs.PrintDefaults()
-		printEnv(fs, stderr)
-	}
+	fs.Usage = func() { printHelp(fs, synopsis) }
 	return fs
 }
 
-// printEnv lists the environment variable of every flag of fs.
-func printEnv(fs *flag.FlagSet, w io.Writer) {
+// printHelp writes fs's help to its output: the synopsis, the flags, and
+// the environment variables of those that have one, except the flags named
+// in noEnvHere (which this command takes from its command line only).
+func printHelp(fs *flag.FlagSet, synopsis string, noEnvHere ...string) {
+	w := fs.Output()
+	fmt.Fprintf(w, "Usage: taskhoster %s\n\nFlags:\n", synopsis)
+	fs.PrintDefaults()
 	fmt.Fprint(w, "\nEnvironment (a flag wins):\n")
 	fs.VisitAll(func(f *flag.Flag) {
-		if noEnv[f.Name] {
+		if noEnv[f.Name] || slices.Contains(noEnvHere, f.Name) {
 			return
 		}
 		fmt.Fprintf(w, "  %-26s --%s\n", envName(f.Name), f.Name)

@@ -28,7 +28,8 @@ func TestPerCallFlagsIgnoreTheEnvironment(t *testing.T) {
 		t.Errorf("server %q, want it from TASKHOSTER_SERVER", *server)
 	}
 	var help strings.Builder
-	printEnv(fs, &help)
+	fs.SetOutput(&help)
+	printHelp(fs, "post")
 	if strings.Contains(help.String(), "TASKHOSTER_KEY") || !strings.Contains(help.String(), "TASKHOSTER_SERVER") {
 		t.Errorf("help lists:\n%s", help.String())
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/taskhoster/taskhoster/adapters/logsweb"
 	"github.com/taskhoster/taskhoster/adapters/sqlitelogs"
 	"github.com/taskhoster/taskhoster/app/logpull"
+	"github.com/taskhoster/taskhoster/client"
 	"github.com/taskhoster/taskhoster/domain/tasklog"
 )
 
@@ -36,9 +37,20 @@ Usage:
   taskhoster logs serve --store DIR [--addr 127.0.0.1:7070]
                         browse the mirror in a web page
 
-Each flag is also TASKHOSTER_<FLAG> in the environment (TASKHOSTER_SERVER,
-TASKHOSTER_TOKEN, TASKHOSTER_STORE, ...); see taskhoster logs pull -h.
 `
+
+const pullSynopsis = `logs pull --server URL [--host NAME] --token T --store DIR [--follow] [--every 5s] [flags]
+
+Mirrors the event lines (and archived payloads) the user's logs access
+reads from the server into DIR/` + sqlitelogs.File + `, from where the last pull
+stopped, and prints what it added. --follow pulls again every --every
+until interrupted (SIGINT or SIGTERM).`
+
+const logsServeSynopsis = `logs serve --store DIR [--addr 127.0.0.1:7070]
+
+Serves a web page over the mirror logs pull fills, read-only, on this
+machine only unless --addr says otherwise (TASKHOSTER_ADDR, the server's
+address, is not read). Runs until SIGINT or SIGTERM.`
 
 // logsCmd runs `taskhoster logs pull|serve`.
 func logsCmd(args []string, stdout, stderr io.Writer) int {
@@ -53,6 +65,9 @@ func logsCmd(args []string, stdout, stderr io.Writer) int {
 		return logsServe(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, logsUsage)
+		logsPull([]string{"-h"}, stdout, stdout)
+		fmt.Fprintln(stdout)
+		logsServe([]string{"-h"}, stdout, stdout)
 		return 0
 	}
 	fmt.Fprintf(stderr, "taskhoster logs: unknown command %q\n\n%s", args[0], logsUsage)
@@ -79,7 +94,7 @@ func logsFlags(fs *flag.FlagSet, args []string, stderr io.Writer) int {
 
 // logsPull runs `taskhoster logs pull`.
 func logsPull(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("logs pull", stderr)
+	fs := newFlags("logs pull", pullSynopsis, stderr)
 	server := fs.String("server", "http://127.0.0.1:8080", "the server's `URL`")
 	host := fs.String("host", "", "the Host header to send, which picks the host folder (default: the URL's host)")
 	token := fs.String("token", "", "the bearer `token` of a user with logs access")
@@ -105,7 +120,7 @@ func logsPull(args []string, stdout, stderr io.Writer) int {
 
 	// A stalled server should not hang a pull; a big day file may still
 	// take long to stream, so only the wait for an answer is bounded.
-	transport := http.DefaultTransport.(*http.Transport).Clone()
+	transport := client.NewTransport() // NAME.localhost is this machine
 	transport.ResponseHeaderTimeout = time.Minute
 	src, err := logclient.New(*server, *host, *token, &http.Client{Transport: transport})
 	if err != nil {
@@ -160,9 +175,10 @@ const defaultLogsAddr = "127.0.0.1:7070"
 
 // logsServe runs `taskhoster logs serve` until SIGINT or SIGTERM.
 func logsServe(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("logs serve", stderr)
+	fs := newFlags("logs serve", logsServeSynopsis, stderr)
 	store := fs.String("store", "", "the mirror's `DIR` (required), as given to logs pull")
 	addr := fs.String("addr", defaultLogsAddr, "the `address` to listen on")
+	fs.Usage = func() { printHelp(fs, logsServeSynopsis, "addr") }
 	if code := logsFlags(fs, args, stderr); code >= 0 {
 		return code
 	}

@@ -43,6 +43,9 @@ Operating a queue (the queue's "manage" access; cancel also for the poster):
   taskhoster resume QUEUE          end a pause
 
   taskhoster logs pull|serve       mirror the event log locally and browse it (see logs -h)
+
+Each command's -h lists its flags and their environment variables,
+TASKHOSTER_<FLAG> (upper case, dashes as underscores); a flag wins.
 `
 
 func main() {

@@ -22,8 +22,21 @@ import (
 	"github.com/taskhoster/taskhoster/cmd/taskhoster/server"
 )
 
+const serveSynopsis = `serve [flags]
+
+Serves the hosts folder: each folder in it is a host, named for the Host
+header its requests carry (NAME.localhost reaches NAME from this machine),
+with its queues (taskhoster-queues/*.json) and users
+(taskhoster-users/*.json). Edits to the folder take effect within a second.
+The API listens on --addr; /metrics, /healthz and /readyz on --admin-addr.
+
+Runs until SIGINT or SIGTERM, then finishes the requests in flight and
+exits 0. Logs go to stderr: lines for a person on a terminal, JSON lines
+otherwise (--log-format). One line per request is logged at --log-level
+debug only; it costs throughput at thousands of tasks a second.`
+
 func serve(args []string, stderr io.Writer) int {
-	fs := newFlags("serve", stderr)
+	fs := newFlags("serve", serveSynopsis, stderr)
 	var cfg server.Config
 	fs.StringVar(&cfg.Hosts, "hosts", "./Taskhoster", "the hosts folder")
 	fs.StringVar(&cfg.Items, "items", "./var/taskhoster-items", "the folder of task files")
@@ -39,17 +52,22 @@ func serve(args []string, stderr io.Writer) int {
 	fs.IntVar(&cfg.MaxConns, "max-conns", server.DefaultMaxConns, "open connections the API listener accepts at once")
 	fs.IntVar(&cfg.MaxSocketsPerHost, "max-sockets", wsapi.DefaultMaxSocketsPerHost, "open worker and watch sockets per host")
 	fs.IntVar(&cfg.MaxWaiting, "max-waiting", app.DefaultMaxWaiting, "claims waiting for work at once, over HTTP and sockets")
+	logLevel := fs.String("log-level", "info", "the least important lines logged: debug (adds a line per request), info, warn or error")
+	logFormat := fs.String("log-format", "auto", "console (for a person), json (a line of JSON each), or auto: console on a terminal, else json")
 	if err := parse(fs, args); err != nil {
-		return 2
+		return flagError(fs, stderr, err)
+	}
+	if fs.NArg() > 0 {
+		return badUsage(fs, stderr, "unexpected argument %q", fs.Arg(0))
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(stderr, "taskhoster serve:", err)
 		return 2
 	}
-	logger, err := newLogger()
+	logger, err := newLogger(*logLevel, *logFormat, os.Stderr)
 	if err != nil {
-		fmt.Fprintln(stderr, "taskhoster serve: logger:", err)
-		return 1
+		fmt.Fprintln(stderr, "taskhoster serve:", err)
+		return 2
 	}
 	defer func() { _ = logger.Sync() }()
 
@@ -90,11 +108,21 @@ func serve(args []string, stderr io.Writer) int {
 	return 0
 }
 
+const checkSynopsis = `check [--hosts DIR]
+
+Checks every host, queue and user file of the hosts folder as serve would
+read it, and prints each problem on a line, "error: " or "warning: ", with
+the file and the JSON path; "ok" when there is no error. Exits 1 on any
+error (serve would not serve that file), else 0.`
+
 func check(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("check", stderr)
+	fs := newFlags("check", checkSynopsis, stderr)
 	hosts := fs.String("hosts", "./Taskhoster", "the hosts folder to check")
 	if err := parse(fs, args); err != nil {
-		return 2
+		return flagError(fs, stderr, err)
+	}
+	if fs.NArg() > 0 {
+		return badUsage(fs, stderr, "unexpected argument %q", fs.Arg(0))
 	}
 	if _, err := os.Stat(*hosts); err != nil {
 		fmt.Fprintln(stderr, "taskhoster check:", err)
@@ -117,13 +145,56 @@ func check(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// newLogger logs JSON lines, with a stack trace only for a panic: an
-// expected problem (a bad queue file, a taken port) is one line naming it.
-func newLogger() (*zap.Logger, error) {
-	cfg := zap.NewProductionConfig()
-	cfg.EncoderConfig.TimeKey = "time"
-	cfg.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
-	return cfg.Build(zap.AddStacktrace(zapcore.DPanicLevel))
+// newLogger logs to out from level on, as format says: "console", lines
+// for a person (time, level, message, then the fields), "json", a JSON
+// object a line, or "auto", console when out is a terminal and JSON
+// otherwise (a pipe, a file, journald: tests and the bench read the JSON
+// "listening" line). A stack trace comes only with a panic: an expected
+// problem (a bad queue file, a taken port) is one line naming it.
+func newLogger(level, format string, out *os.File) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil || lvl < zapcore.DebugLevel || lvl > zapcore.ErrorLevel {
+		return nil, fmt.Errorf("--log-level must be debug, info, warn or error, not %q", level)
+	}
+	terminal := isTerminal(out)
+	if format == "auto" {
+		format = "json"
+		if terminal {
+			format = "console"
+		}
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.TimeKey = "time"
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	opts := []zap.Option{zap.AddStacktrace(zapcore.DPanicLevel), zap.ErrorOutput(zapcore.Lock(os.Stderr))}
+	var encoder zapcore.Encoder
+	switch format {
+	case "json":
+		encoder = zapcore.NewJSONEncoder(enc)
+		opts = append(opts, zap.AddCaller())
+	case "console":
+		// The level as a word, coloured too on a terminal; no caller: a
+		// person reads the message and its fields.
+		enc.EncodeLevel = zapcore.CapitalLevelEncoder
+		if terminal {
+			enc.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		}
+		encoder = zapcore.NewConsoleEncoder(enc)
+	default:
+		return nil, fmt.Errorf("--log-format must be auto, console or json, not %q", format)
+	}
+	// As zap's production logger: of the lines with one message, the first
+	// 100 a second and then every 100th, so a flood (a host of bad files,
+	// a burst of requests at debug) cannot fill the disc or stall the server.
+	core := zapcore.NewSamplerWithOptions(zapcore.NewCore(encoder, zapcore.Lock(out), lvl), time.Second, 100, 100)
+	return zap.New(core, opts...), nil
+}
+
+// isTerminal reports whether f is a terminal (a character device: a tty,
+// or /dev/null, where the format does not matter).
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&fs.ModeCharDevice != 0
 }
 
 // missing lists the folders of dirs that do not exist yet.

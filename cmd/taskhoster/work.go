@@ -112,6 +112,17 @@ func work(args []string, stderr io.Writer) int {
 		w.Limit = 1
 	}
 
+	where := conn.server
+	if conn.host != "" {
+		where += " (host " + conn.host + ")"
+	}
+	if *once {
+		fmt.Fprintf(out, "taskhoster work: handling one task of queue %s at %s, then exiting\n", w.Queue, where)
+	} else {
+		fmt.Fprintf(out, "taskhoster work: working queue %s at %s, %d at a time, until interrupted "+
+			"(Ctrl-C finishes the running tasks and exits; twice aborts them)\n", w.Queue, where, w.Concurrency)
+	}
+
 	ctx, abort := context.WithCancel(context.Background())
 	defer abort()
 	stopped := make(chan struct{})

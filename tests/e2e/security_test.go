@@ -11,7 +11,7 @@ import (
 // appear in the server's log.
 func TestTokensNeverLogged(t *testing.T) {
 	t.Parallel()
-	s := start(t, newDirs(t))
+	s := start(t, newDirs(t), "--log-level", "debug") // with a line per request
 	const unknown = "0123456789abcdef0123456789abcdef"
 	s.post("resize", aliceToken, `{"url":"a"}`)
 	s.do("POST", "/public", unknown, `{}`)

@@ -426,7 +426,7 @@ func (s *server) socketClosedInLog(queue string) bool {
 // closes are dropped; a task posted afterwards stays pending.
 func TestSocketClosedClaimTakesNoTask(t *testing.T) {
 	t.Parallel()
-	s := start(t, newDirs(t))
+	s := start(t, newDirs(t), "--log-level", "debug") // socketClosedInLog reads the request lines
 	k := s.dial("/resize/work?worker=box-1", boxToken)
 	k.send(`{"type":"claim","ref":1}`)
 	k.send(`{"type":"claim","ref":2,"query":{"required":["url"]}}`)
