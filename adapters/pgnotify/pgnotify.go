@@ -142,6 +142,10 @@ func (n *Notifier) Start(ctx context.Context) error {
 		return err
 	}
 	cfg.MaxConns = 2
+	// A notification is news, not data: its transaction need not wait for
+	// the WAL to reach the disc (listeners get it at COMMIT either way,
+	// and a database that crashes cuts them off, so they look again).
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err

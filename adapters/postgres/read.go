@@ -18,24 +18,41 @@ import (
 // Store last looked, and are claimable now.
 func (s *Store) promote(ctx context.Context, ref domain.QueueRef, now int64) error {
 	q := s.queue(ref)
-	q.mu.Lock()
-	from := q.looked
-	if now <= from {
-		q.mu.Unlock()
+	from, moved := q.advance(now)
+	if !moved {
 		return nil
 	}
-	q.looked = now
-	q.mu.Unlock()
 	var n int
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE host = $1 AND queue = $2 AND status = 'pending'
-		AND not_before > $3 AND not_before <= $4`, ref.Host, ref.Queue, from, now).Scan(&n)
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE `+dueBetween, ref.Host, ref.Queue, now, from).Scan(&n)
 	if err != nil {
 		return fail("look for due tasks", err)
 	}
+	q.addDue(n)
+	return nil
+}
+
+// dueBetween selects ref's ($1, $2) pending tasks whose notBefore is in
+// ($4, $3]: those come due between two looks.
+const dueBetween = `host = $1 AND queue = $2 AND status = 'pending' AND not_before > $4 AND not_before <= $3`
+
+// advance moves the queue's looked-at time on to now, if now is later,
+// and returns the time it moved from.
+func (q *queue) advance(now int64) (from int64, moved bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	from = q.looked
+	if now <= from {
+		return from, false
+	}
+	q.looked = now
+	return from, true
+}
+
+// addDue counts n tasks come due, for the next Due.
+func (q *queue) addDue(n int) {
 	q.mu.Lock()
 	q.due += n
 	q.mu.Unlock()
-	return nil
 }
 
 // Due reports how many tasks of ref became claimable since the last call
@@ -80,6 +97,20 @@ func (s *Store) Counts(ref domain.QueueRef) ports.Counts {
 			count(*) FILTER (WHERE stage = 0 AND not_before > $3)
 		FROM tasks WHERE host = $1 AND queue = $2`, ref.Host, ref.Queue, looked).Scan(&c.Pending, &c.Processing, &c.Done, &c.Delayed)
 	return c
+}
+
+// HasPending reports whether ref has a pending task (delayed or not),
+// as Counts(ref).Pending > 0 does, but in one probe of an index instead
+// of a count over the queue: the hub asks it each time a woken claim
+// found nothing (notify.WithPending). A database that cannot be reached
+// has none.
+func (s *Store) HasPending(ref domain.QueueRef) bool {
+	ctx, cancel := shortCtx()
+	defer cancel()
+	var pending bool
+	_ = s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tasks WHERE host = $1 AND queue = $2 AND status = 'pending')`,
+		ref.Host, ref.Queue).Scan(&pending)
+	return pending
 }
 
 // eachPage is how many records Each reads at a time.

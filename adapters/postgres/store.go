@@ -59,6 +59,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -84,6 +85,8 @@ type Store struct {
 	pauses pauseCache
 
 	staged Staged // nil: no event lines in the change's transaction (log.go)
+
+	retries atomic.Int64 // transactions run again (txn.go)
 }
 
 // Open connects to the database at url (a postgres:// URL or a key=value

@@ -80,15 +80,24 @@ func (s *Store) createLogged(ctx context.Context, stored domain.Task, data []byt
 		logged()
 		return q.seq.run(ticket, stored.ID, func() error { return then.Call(stored) })
 	}
-	tx, err := s.pool.Begin(ctx)
+	// Archived bodies: the INSERT, the bodies and the line in one batch,
+	// one implicit transaction.
+	q := s.queue(domain.KeyOf(stored).Ref())
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO tasks (`+columns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, row(stored, data)...)
+	logged, err := s.stageLine(ctx, b)
 	if err != nil {
-		return fail("create task "+stored.ID, err)
+		return err
 	}
-	defer rollback(tx)
-	if _, err := tx.Exec(ctx, `INSERT INTO tasks (`+columns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, row(stored, data)...); err != nil {
+	ticket := q.seq.take(stored.ID)
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		_ = q.seq.run(ticket, stored.ID, nil)
 		return createFailed(stored.ID, err)
 	}
-	return s.commit(ctx, tx, stored, func() error { return then.Call(stored) })
+	if logged != nil {
+		logged()
+	}
+	return q.seq.run(ticket, stored.ID, func() error { return then.Call(stored) })
 }
 
 // createFailed is the error of a refused INSERT of task id.
@@ -133,60 +142,69 @@ func (s *Store) read(ref domain.QueueRef, data []byte, err error, op string) (do
 	return t, nil
 }
 
+// selectForUpdate reads a task's record and locks its row.
+const selectForUpdate = `SELECT record FROM tasks WHERE host = $1 AND queue = $2 AND id = $3 FOR UPDATE`
+
+// updateRow writes a task's row: row's values, in order.
+const updateRow = `UPDATE tasks SET status = $4, stage = $5, priority = $6, eligible_at = $7, not_before = $8, posted_at = $9, idempotency_key = $10, record = $11
+	WHERE host = $1 AND queue = $2 AND id = $3`
+
 // Update applies fn to the current record and stores the result, in one
-// transaction holding the task's row.
+// transaction holding the task's row (two round trips: txn.go).
 func (s *Store) Update(ctx context.Context, k domain.Key, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return domain.Task{}, fail("update task "+k.ID, err)
-	}
-	defer rollback(tx)
-	var data []byte
-	err = tx.QueryRow(ctx, `SELECT record FROM tasks WHERE host = $1 AND queue = $2 AND id = $3 FOR UPDATE`, k.Host, k.Queue, k.ID).Scan(&data)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return domain.Task{}, domain.ErrNotFound
-	}
-	if err != nil {
-		return domain.Task{}, fail("update task "+k.ID, err)
-	}
-	return s.change(ctx, tx, data, fn, then)
+	return retry(ctx, s, func() (domain.Task, error) {
+		var data []byte
+		tx, err := s.lock(ctx, selectForUpdate, []any{k.Host, k.Queue, k.ID}, &data)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return domain.Task{}, domain.ErrNotFound
+		}
+		if err != nil {
+			return domain.Task{}, fail("update task "+k.ID, err)
+		}
+		return s.change(ctx, tx, data, fn, then)
+	})
 }
 
 // change runs fn on the record data, locked by tx, and stores and commits
 // what fn leaves, then runs then in its queue's turn. On a refusal it
-// returns the record as it was with the refusal.
-func (s *Store) change(ctx context.Context, tx pgx.Tx, data []byte, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+// returns the record as it was with the refusal. It ends tx.
+func (s *Store) change(ctx context.Context, tx *txn, data []byte, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
 	cur, err := decode(data)
 	if err != nil {
+		tx.rollback()
 		return domain.Task{}, err
 	}
 	next := cur.Clone()
 	if err := fn(&next); err != nil {
+		tx.rollback()
 		return cur, err
 	}
 	stored, data, err := checkUpdate(cur, next)
 	if err != nil {
+		tx.rollback()
 		return cur, err
 	}
-	_, err = tx.Exec(ctx, `UPDATE tasks SET status = $4, stage = $5, priority = $6, eligible_at = $7, not_before = $8, posted_at = $9, idempotency_key = $10, record = $11
-		WHERE host = $1 AND queue = $2 AND id = $3`, row(stored, data)...)
-	if err != nil {
-		return cur, fail("store task "+cur.ID, err)
-	}
-	return stored, s.commit(ctx, tx, stored, func() error { return then.Call(stored) })
+	b := &pgx.Batch{}
+	b.Queue(updateRow, row(stored, data)...)
+	return stored, s.commit(ctx, tx, b, stored, func() error { return then.Call(stored) })
 }
 
-// commit commits tx, the change of t, and runs then (stored) in t's
-// queue's turn.
-func (s *Store) commit(ctx context.Context, tx pgx.Tx, t domain.Task, then func() error) error {
-	if err := s.stageLine(ctx, tx); err != nil {
+// commit queues the change's line in b, commits b in tx (the change of
+// t), and runs then (stored) in t's queue's turn.
+func (s *Store) commit(ctx context.Context, tx *txn, b *pgx.Batch, t domain.Task, then func() error) error {
+	logged, err := s.stageLine(ctx, b)
+	if err != nil {
+		tx.rollback()
 		return err
 	}
 	q := s.queue(domain.KeyOf(t).Ref())
 	ticket := q.seq.take(t.ID)
-	if err := tx.Commit(ctx); err != nil {
+	if err := tx.commit(ctx, b); err != nil {
 		_ = q.seq.run(ticket, t.ID, nil)
 		return fail("commit task "+t.ID, err)
+	}
+	if logged != nil {
+		logged()
 	}
 	return q.seq.run(ticket, t.ID, then)
 }
@@ -200,11 +218,11 @@ const claimBatch = 64
 // comment).
 func (s *Store) ClaimNext(ctx context.Context, ref domain.QueueRef, m ports.Matcher, now time.Time, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
 	nowMs := domain.Millis(now)
-	if err := s.promote(ctx, ref, nowMs); err != nil {
-		return domain.Task{}, err
-	}
 	if m == nil {
 		return s.claimFirst(ctx, ref, nowMs, fn, then)
+	}
+	if err := s.promote(ctx, ref, nowMs); err != nil {
+		return domain.Task{}, err
 	}
 	var after *domain.Task
 	for {
@@ -231,23 +249,43 @@ func (s *Store) ClaimNext(ctx context.Context, ref domain.QueueRef, m ports.Matc
 const claimable = `host = $1 AND queue = $2 AND status = 'pending' AND (not_before IS NULL OR not_before <= $3)`
 
 // claimFirst claims the first claimable task of ref that no other
-// transaction holds.
+// transaction holds: the locking SELECT, with promote's count when the
+// queue's looked-at time moves on, in the first round trip, the write in
+// the second.
 func (s *Store) claimFirst(ctx context.Context, ref domain.QueueRef, now int64, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return domain.Task{}, fail("claim", err)
-	}
-	defer rollback(tx)
-	var data []byte
-	err = tx.QueryRow(ctx, `SELECT record FROM tasks WHERE `+claimable+`
-		ORDER BY priority DESC, eligible_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`, ref.Host, ref.Queue, now).Scan(&data)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return domain.Task{}, domain.ErrNotFound
-	}
-	if err != nil {
-		return domain.Task{}, fail("claim", err)
-	}
-	return s.change(ctx, tx, data, fn, then)
+	const first = `SELECT record FROM tasks WHERE ` + claimable + `
+		ORDER BY priority DESC, eligible_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`
+	q := s.queue(ref)
+	from, moved := q.advance(now)
+	return retry(ctx, s, func() (domain.Task, error) {
+		var data []byte
+		var tx *txn
+		var err error
+		if moved {
+			// One row whether or not a task is claimable: the count of
+			// the tasks come due since from, and the first claimable one.
+			var due int
+			tx, err = s.lock(ctx, `SELECT d.n, c.record FROM (SELECT count(*) AS n FROM tasks WHERE `+dueBetween+`) d
+				LEFT JOIN LATERAL (`+first+`) c ON true`, []any{ref.Host, ref.Queue, now, from}, &due, &data)
+			if err == nil {
+				q.addDue(due)
+				moved = false // counted: a retry must not count again
+				if data == nil {
+					tx.rollback()
+					return domain.Task{}, domain.ErrNotFound
+				}
+			}
+		} else {
+			tx, err = s.lock(ctx, first, []any{ref.Host, ref.Queue, now}, &data)
+		}
+		if errors.Is(err, pgx.ErrNoRows) {
+			return domain.Task{}, domain.ErrNotFound
+		}
+		if err != nil {
+			return domain.Task{}, fail("claim", err)
+		}
+		return s.change(ctx, tx, data, fn, then)
+	})
 }
 
 // errGone: the candidate is no longer claimable, or another transaction
@@ -256,20 +294,17 @@ var errGone = errors.New("candidate gone")
 
 // claimOne claims task k if it is still claimable and nobody holds it.
 func (s *Store) claimOne(ctx context.Context, k domain.Key, now int64, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return domain.Task{}, fail("claim", err)
-	}
-	defer rollback(tx)
-	var data []byte
-	err = tx.QueryRow(ctx, `SELECT record FROM tasks WHERE `+claimable+` AND id = $4 FOR UPDATE SKIP LOCKED`, k.Host, k.Queue, now, k.ID).Scan(&data)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return domain.Task{}, errGone
-	}
-	if err != nil {
-		return domain.Task{}, fail("claim", err)
-	}
-	return s.change(ctx, tx, data, fn, then)
+	return retry(ctx, s, func() (domain.Task, error) {
+		var data []byte
+		tx, err := s.lock(ctx, `SELECT record FROM tasks WHERE `+claimable+` AND id = $4 FOR UPDATE SKIP LOCKED`, []any{k.Host, k.Queue, now, k.ID}, &data)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return domain.Task{}, errGone
+		}
+		if err != nil {
+			return domain.Task{}, fail("claim", err)
+		}
+		return s.change(ctx, tx, data, fn, then)
+	})
 }
 
 // candidates reads the next claimBatch claimable tasks of ref in claim
@@ -312,30 +347,29 @@ func (s *Store) records(ctx context.Context, op, query string, args ...any) ([]d
 
 // Delete removes a task if check approves of its current record.
 func (s *Store) Delete(ctx context.Context, k domain.Key, check func(domain.Task) error, then ports.Then) error {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return fail("delete task "+k.ID, err)
-	}
-	defer rollback(tx)
-	var data []byte
-	err = tx.QueryRow(ctx, `SELECT record FROM tasks WHERE host = $1 AND queue = $2 AND id = $3 FOR UPDATE`, k.Host, k.Queue, k.ID).Scan(&data)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return domain.ErrNotFound
-	}
-	if err != nil {
-		return fail("delete task "+k.ID, err)
-	}
-	cur, err := decode(data)
-	if err != nil {
-		return err
-	}
-	if check != nil {
-		if err := check(cur.Clone()); err != nil {
-			return err
+	_, err := retry(ctx, s, func() (struct{}, error) {
+		var data []byte
+		tx, err := s.lock(ctx, selectForUpdate, []any{k.Host, k.Queue, k.ID}, &data)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return struct{}{}, domain.ErrNotFound
 		}
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM tasks WHERE host = $1 AND queue = $2 AND id = $3`, k.Host, k.Queue, k.ID); err != nil {
-		return fail("delete task "+k.ID, err)
-	}
-	return s.commit(ctx, tx, cur, func() error { return then.Call(cur) })
+		if err != nil {
+			return struct{}{}, fail("delete task "+k.ID, err)
+		}
+		cur, err := decode(data)
+		if err != nil {
+			tx.rollback()
+			return struct{}{}, err
+		}
+		if check != nil {
+			if err := check(cur.Clone()); err != nil {
+				tx.rollback()
+				return struct{}{}, err
+			}
+		}
+		b := &pgx.Batch{}
+		b.Queue(`DELETE FROM tasks WHERE host = $1 AND queue = $2 AND id = $3`, k.Host, k.Queue, k.ID)
+		return struct{}{}, s.commit(ctx, tx, b, cur, func() error { return then.Call(cur) })
+	})
+	return err
 }

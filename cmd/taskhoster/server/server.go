@@ -309,7 +309,12 @@ var EventLogModule = fx.Module("eventlog",
 // what is queued) before the store closes, having started after it.
 var NotifyModule = fx.Module("notify",
 	fx.Provide(func(lc fx.Lifecycle, cfg Config, repo ports.TaskRepository, logger *zap.Logger) ports.Notifier {
-		hub := notify.NewHub(notify.WithPending(func(q domain.QueueRef) bool { return repo.Counts(q).Pending > 0 }))
+		pending := func(q domain.QueueRef) bool { return repo.Counts(q).Pending > 0 }
+		// A database store answers this with one probe instead of a count.
+		if p, ok := repo.(interface{ HasPending(domain.QueueRef) bool }); ok {
+			pending = p.HasPending
+		}
+		hub := notify.NewHub(notify.WithPending(pending))
 		if cfg.Store != "postgres" {
 			return hub
 		}
