@@ -58,6 +58,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -87,6 +88,8 @@ type Store struct {
 	staged Staged // nil: no event lines in the change's transaction (log.go)
 
 	retries atomic.Int64 // transactions run again (txn.go)
+
+	group group // changes waiting for a batch (group.go)
 }
 
 // Open connects to the database at url (a postgres:// URL or a key=value
@@ -95,6 +98,13 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, "database URL: %v", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		// pgxpool's default, the number of CPUs (at least 4), is too few
+		// for changes that each hold a connection while the database
+		// flushes its COMMIT: those flushes are shared by the commits
+		// that wait together.
+		cfg.MaxConns = defaultMaxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -106,6 +116,9 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	}
 	return &Store{pool: pool, queues: make(map[domain.QueueRef]*queue), pauses: newPauseCache()}, nil
 }
+
+// defaultMaxConns is the pool's size unless the URL sets pool_max_conns.
+const defaultMaxConns = 16
 
 // Close closes the connections.
 func (s *Store) Close() { s.pool.Close() }

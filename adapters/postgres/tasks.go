@@ -42,25 +42,40 @@ func checkUpdate(cur, next domain.Task) (domain.Task, []byte, error) {
 }
 
 // Create stores a new task in one statement (with its posted line, when
-// the store writes lines: log.go, in one transaction): the primary key refuses a
-// taken id (ErrExists), the unique index a taken idempotency key
-// (ErrKeyTaken), so of posts racing with one key exactly one is stored.
+// the store writes lines: log.go, in one transaction), in a batch with the
+// server's other changes (group.go): the primary key refuses a taken id
+// (ErrExists), the unique index a taken idempotency key (ErrKeyTaken), so
+// of posts racing with one key exactly one is stored.
 func (s *Store) Create(ctx context.Context, t domain.Task, then ports.Then) error {
 	stored, data, err := checkNew(t)
 	if err != nil {
 		return err
 	}
+	o := &op{kind: opCreate, ctx: ctx, key: domain.KeyOf(stored), task: stored, data: data}
+	s.run(o)
+	thenErr := s.settleOp(o, func() error { return then.Call(stored) })
+	switch {
+	case o.alone:
+		return s.createAlone(ctx, stored, data, then)
+	case o.err != nil:
+		return o.err
+	}
+	return thenErr
+}
+
+// createAlone is Create outside a batch.
+func (s *Store) createAlone(ctx context.Context, stored domain.Task, data []byte, then ports.Then) error {
 	if s.staged != nil {
 		return s.createLogged(ctx, stored, data, then)
 	}
-	q := s.queue(domain.KeyOf(t).Ref())
-	ticket := q.seq.take(t.ID)
-	_, err = s.pool.Exec(ctx, `INSERT INTO tasks (`+columns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, row(stored, data)...)
+	q := s.queue(domain.KeyOf(stored).Ref())
+	ticket := q.seq.take(stored.ID)
+	_, err := s.pool.Exec(ctx, `INSERT INTO tasks (`+columns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, row(stored, data)...)
 	if err != nil {
-		_ = q.seq.run(ticket, t.ID, nil)
-		return createFailed(t.ID, err)
+		_ = q.seq.run(ticket, stored.ID, nil)
+		return createFailed(stored.ID, err)
 	}
-	return q.seq.run(ticket, t.ID, func() error { return then.Call(stored) })
+	return q.seq.run(ticket, stored.ID, func() error { return then.Call(stored) })
 }
 
 // createLogged stores a new task and its posted line in one transaction:
@@ -150,8 +165,24 @@ const updateRow = `UPDATE tasks SET status = $4, stage = $5, priority = $6, elig
 	WHERE host = $1 AND queue = $2 AND id = $3`
 
 // Update applies fn to the current record and stores the result, in one
-// transaction holding the task's row (two round trips: txn.go).
+// transaction holding the task's row, in a batch with the server's other
+// changes (group.go).
 func (s *Store) Update(ctx context.Context, k domain.Key, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+	o := &op{kind: opUpdate, ctx: ctx, key: k, fn: fn}
+	s.run(o)
+	thenErr := s.settleOp(o, func() error { return then.Call(o.out) })
+	switch {
+	case o.alone:
+		return s.updateAlone(ctx, k, fn, then)
+	case o.err != nil:
+		return o.out, o.err
+	}
+	return o.out, thenErr
+}
+
+// updateAlone is Update in a transaction of its own (two round trips:
+// txn.go).
+func (s *Store) updateAlone(ctx context.Context, k domain.Key, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
 	return retry(ctx, s, func() (domain.Task, error) {
 		var data []byte
 		tx, err := s.lock(ctx, selectForUpdate, []any{k.Host, k.Queue, k.ID}, &data)
@@ -219,7 +250,7 @@ const claimBatch = 64
 func (s *Store) ClaimNext(ctx context.Context, ref domain.QueueRef, m ports.Matcher, now time.Time, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
 	nowMs := domain.Millis(now)
 	if m == nil {
-		return s.claimFirst(ctx, ref, nowMs, fn, then)
+		return s.claimBatched(ctx, ref, nowMs, fn, then)
 	}
 	if err := s.promote(ctx, ref, nowMs); err != nil {
 		return domain.Task{}, err
@@ -247,6 +278,22 @@ func (s *Store) ClaimNext(ctx context.Context, ref domain.QueueRef, m ports.Matc
 }
 
 const claimable = `host = $1 AND queue = $2 AND status = 'pending' AND (not_before IS NULL OR not_before <= $3)`
+
+// claimBatched claims the first claimable task of ref that no other
+// transaction holds, in a batch with the server's other changes
+// (group.go).
+func (s *Store) claimBatched(ctx context.Context, ref domain.QueueRef, now int64, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+	o := &op{kind: opClaim, ctx: ctx, ref: ref, now: now, fn: fn}
+	s.run(o)
+	thenErr := s.settleOp(o, func() error { return then.Call(o.out) })
+	switch {
+	case o.alone:
+		return s.claimFirst(ctx, ref, now, fn, then)
+	case o.err != nil:
+		return o.out, o.err
+	}
+	return o.out, thenErr
+}
 
 // claimFirst claims the first claimable task of ref that no other
 // transaction holds: the locking SELECT, with promote's count when the

@@ -58,12 +58,19 @@ func (s *Store) lock(ctx context.Context, query string, args []any, dest ...any)
 // commit runs the statements queued in b and COMMIT in one round trip, and
 // ends the txn.
 func (t *txn) commit(ctx context.Context, b *pgx.Batch) error {
+	_, err := t.commitTags(ctx, b)
+	return err
+}
+
+// commitTags is commit, returning what each statement of b did.
+func (t *txn) commitTags(ctx context.Context, b *pgx.Batch) ([]pgconn.CommandTag, error) {
 	n := b.Len()
 	b.Queue("COMMIT")
 	br := t.conn.SendBatch(ctx, b)
+	tags := make([]pgconn.CommandTag, n)
 	var err error
-	for range n {
-		if _, err = br.Exec(); err != nil {
+	for i := range n {
+		if tags[i], err = br.Exec(); err != nil {
 			break
 		}
 	}
@@ -79,11 +86,11 @@ func (t *txn) commit(ctx context.Context, b *pgx.Batch) error {
 	}
 	if err != nil {
 		t.rollback()
-		return err
+		return nil, err
 	}
 	t.conn.Release()
 	t.conn = nil
-	return nil
+	return tags, nil
 }
 
 // rollback ends the txn without committing and gives the connection back.
