@@ -49,6 +49,7 @@
 package pgnotify
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -102,6 +103,7 @@ type Notifier struct {
 	get    Getter
 	logger *zap.Logger
 	id     string // this server's id, to skip its own notifications
+	own    []byte // how this server's payloads begin
 
 	pool *pgxpool.Pool
 
@@ -128,8 +130,9 @@ func New(hub Hub, url string, get Getter, logger *zap.Logger) *Notifier {
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
 	return &Notifier{
-		hub: hub, url: url, get: get, logger: logger, id: hex.EncodeToString(b[:]),
+		hub: hub, url: url, get: get, logger: logger, id: id, own: []byte(`{"s":"` + id + `",`),
 		more: make(chan struct{}, 1), listened: make(chan struct{}),
 	}
 }
@@ -369,6 +372,11 @@ func (n *Notifier) listenOnce(ctx context.Context) (listened bool, err error) {
 
 // receive turns another server's notification into a local one.
 func (n *Notifier) receive(ctx context.Context, payload []byte) {
+	// Its own come back too: skipped before decoding them (the server id
+	// is the payload's first field).
+	if bytes.HasPrefix(payload, n.own) {
+		return
+	}
 	var m message
 	if err := json.Unmarshal(payload, &m); err != nil {
 		n.logger.Warn("notification not understood", zap.Error(err))

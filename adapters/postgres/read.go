@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
 )
@@ -99,22 +101,39 @@ func (s *Store) Counts(ref domain.QueueRef) ports.Counts {
 	return c
 }
 
-// HasPending reports whether ref has a pending task (delayed or not),
-// as Counts(ref).Pending > 0 does, but in one probe of an index instead
-// of a count over the queue: the hub asks it each time a woken claim
-// found nothing (notify.WithPending). A database that cannot be reached
-// has none.
+// HasPending reports whether ref has a pending task (delayed or not) that
+// no transaction holds: the hub asks it each time a woken claim found
+// nothing (notify.WithPending), to hand the wake on only while there is
+// something to take. Counts(ref).Pending > 0 would count the tasks that
+// claims in flight hold too, so that under load every futile wake went
+// down the whole line of waiting claims, each finding nothing. Holding a
+// task's row takes a lock, so this takes one (FOR KEY SHARE, which every
+// claim's FOR UPDATE conflicts with, SKIP LOCKED) and rolls it back at
+// once: one round trip, nothing to flush. A database that cannot be
+// reached has none.
 func (s *Store) HasPending(ref domain.QueueRef) bool {
 	ctx, cancel := shortCtx()
 	defer cancel()
 	var pending bool
-	_ = s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tasks WHERE host = $1 AND queue = $2 AND status = 'pending')`,
-		ref.Host, ref.Queue).Scan(&pending)
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(`SELECT EXISTS (SELECT 1 FROM (SELECT 1 FROM tasks WHERE host = $1 AND queue = $2 AND status = 'pending'
+		LIMIT 1 FOR KEY SHARE SKIP LOCKED) t)`, ref.Host, ref.Queue).QueryRow(func(r pgx.Row) error { return r.Scan(&pending) })
+	b.Queue("ROLLBACK")
+	if s.pool.SendBatch(ctx, b).Close() != nil {
+		return false
+	}
 	return pending
 }
 
-// eachPage is how many records Each reads at a time.
-const eachPage = 500
+// Each reads a page of eachFirst records first, then pages four times as
+// large up to eachPage: the sweep stops at the first pending task too
+// young to time out and the first done task too young to clean, so most
+// of its passes need only the first few records.
+const (
+	eachFirst = 16
+	eachPage  = 500
+)
 
 // Each calls fn with each task of ref in stage st, pending ones by
 // (EligibleAt, id), the others by (postedAt, id), reading a page at a time.
@@ -124,8 +143,8 @@ func (s *Store) Each(ctx context.Context, ref domain.QueueRef, st domain.Stage, 
 	}
 	order := orderOf(st)
 	var after *position
-	for {
-		page, err := s.page(ctx, ref, st, "", order, false, after, eachPage)
+	for size := eachFirst; ; size = min(4*size, eachPage) {
+		page, err := s.page(ctx, ref, st, "", order, false, after, size)
 		if err != nil {
 			return err
 		}
@@ -134,7 +153,7 @@ func (s *Store) Each(ctx context.Context, ref domain.QueueRef, st domain.Stage, 
 				return nil
 			}
 		}
-		if len(page) < eachPage {
+		if len(page) < size {
 			return nil
 		}
 		last := page[len(page)-1]
