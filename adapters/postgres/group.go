@@ -269,6 +269,9 @@ func (s *Store) batch(ops []*op) {
 			})
 		}
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			if retryable(err) {
+				s.retries.Add(1) // each change is run again, alone
+			}
 			recount()
 			everyAlone(live)
 			return
@@ -345,6 +348,9 @@ func (s *Store) batch(ops []*op) {
 	if err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) {
+			if retryable(err) {
+				s.retries.Add(1)
+			}
 			everyAlone(live) // the database refused: nothing was stored
 			return
 		}
