@@ -113,6 +113,7 @@ type Notifier struct {
 	seq    uint64
 
 	watched sync.Map // domain.Key → *atomic.Int64: local subscriptions
+	recent  recent   // the records announced here lately (Readable)
 
 	pid      atomic.Uint32 // the listener's backend pid (tests)
 	listened chan struct{} // closed once the first LISTEN succeeded
@@ -208,10 +209,12 @@ type message struct {
 // Publish hands ev to the local hub and queues its notification.
 func (n *Notifier) Publish(ev domain.Event) {
 	n.hub.Publish(ev)
+	record := domain.EncodeTask(ev.Task)
+	n.recent.add(domain.KeyOf(ev.Task), record)
 	m := message{
 		Host: ev.Task.Host, Queue: ev.Task.Queue, ID: ev.Task.ID, Kind: string(ev.Kind),
 		At: ev.At, Worker: ev.Worker, Cause: ev.Cause, Claimable: ev.Task.Claimable(ev.At),
-		Task: domain.EncodeTask(ev.Task),
+		Task: record,
 	}
 	n.enqueue(m)
 }
@@ -399,6 +402,7 @@ func (n *Notifier) receive(ctx context.Context, payload []byte) {
 		}
 		ev.Task = t
 		n.hub.Publish(ev)
+		n.recent.add(domain.KeyOf(t), domain.EncodeTask(t))
 		return
 	}
 	// Too large to carry the record: wake a claim, and read the record
@@ -410,7 +414,7 @@ func (n *Notifier) receive(ctx context.Context, payload []byte) {
 		}
 		return
 	}
-	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	gctx, cancel := context.WithTimeout(context.WithValue(ctx, receiving{}, true), 5*time.Second)
 	t, err := n.get.Get(gctx, k)
 	cancel()
 	if err != nil {
@@ -425,6 +429,7 @@ func (n *Notifier) receive(ctx context.Context, payload []byte) {
 		n.hub.Wake(q, 1) // the record read is a later one; the wake was due
 	}
 	n.hub.Publish(ev)
+	n.recent.add(k, domain.EncodeTask(t))
 }
 
 // ListenerPID is the backend pid of the listener's connection (0 before

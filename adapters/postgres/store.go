@@ -90,6 +90,8 @@ type Store struct {
 	retries atomic.Int64 // transactions run again (txn.go)
 
 	group group // changes waiting for a batch (group.go)
+
+	onRead ReadHook // nil: none (tasks.go, Get)
 }
 
 // Open connects to the database at url (a postgres:// URL or a key=value

@@ -127,11 +127,37 @@ func createFailed(id string, err error) error {
 }
 
 // Get returns the current record of a task, once the Then of its latest
-// change made by this Store has returned.
+// change made by this Store has returned, and once the read hook (see
+// OnRead) has returned.
 func (s *Store) Get(ctx context.Context, k domain.Key) (domain.Task, error) {
 	var data []byte
-	err := s.pool.QueryRow(ctx, `SELECT record FROM tasks WHERE host = $1 AND queue = $2 AND id = $3`, k.Host, k.Queue, k.ID).Scan(&data)
-	return s.read(k.Ref(), data, err, "get task "+k.ID)
+	var now int64
+	err := s.pool.QueryRow(ctx, `SELECT record, (extract(epoch FROM clock_timestamp()) * 1000)::bigint FROM tasks
+		WHERE host = $1 AND queue = $2 AND id = $3`, k.Host, k.Queue, k.ID).Scan(&data, &now)
+	t, err := s.read(k.Ref(), data, err, "get task "+k.ID)
+	if err == nil && s.onRead != nil {
+		s.onRead(ctx, t, time.Duration(now-lastChange(t))*time.Millisecond)
+	}
+	return t, err
+}
+
+// ReadHook is told of each record Get read, and how long before the read
+// (by the database's clock) its latest change was stamped.
+type ReadHook = func(ctx context.Context, t domain.Task, age time.Duration)
+
+// OnRead has Get call h with each record it read before returning it:
+// pgnotify waits there until a change another server made has been
+// announced here (pgnotify.Notifier.Readable). Call it before serving.
+func (s *Store) OnRead(h ReadHook) { s.onRead = h }
+
+// lastChange is the time of t's latest change (Unix ms): every change
+// stamps updatedAt but fetch, which stamps fetchedAt.
+func lastChange(t domain.Task) int64 {
+	at := t.UpdatedAt
+	if t.FetchedAt != nil {
+		at = max(at, *t.FetchedAt)
+	}
+	return at
 }
 
 // ByKey returns the task of ref holding idempotency key key.

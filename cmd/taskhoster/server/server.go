@@ -319,6 +319,11 @@ var NotifyModule = fx.Module("notify",
 			return hub
 		}
 		n := pgnotify.New(hub, cfg.DatabaseURL, repo, logger.Named("pgnotify"))
+		// A read of a change another server made waits until it has been
+		// announced here, so a watch does not see it twice.
+		if r, ok := repo.(interface{ OnRead(postgres.ReadHook) }); ok {
+			r.OnRead(n.Readable)
+		}
 		lc.Append(fx.StartStopHook(n.Start, n.Stop))
 		return n
 	}),
