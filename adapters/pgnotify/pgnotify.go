@@ -40,12 +40,10 @@
 // over from a fresh read.
 //
 // Limits. Across servers a notification arrives a little after its change
-// committed. So a watch that starts on one server while another server's
-// change is between its COMMIT and its notification may see that change
-// both in the record it reads and as an event; and when one task's changes
-// are stored alternately on two servers within a notification's latency, a
-// watcher may see them out of order. Sending the notification inside the
-// change's transaction (in adapters/postgres) would remove the second.
+// committed. A read of such a change waits until its news has arrived
+// (readable.go), so a watch does not see it twice; but when one task's
+// changes are stored alternately on two servers within a notification's
+// latency, a watcher may see them out of order.
 package pgnotify
 
 import (
@@ -346,8 +344,14 @@ func (n *Notifier) listen(ctx context.Context) {
 // listenOnce connects, LISTENs and receives until the connection fails;
 // listened says whether it got as far as LISTEN.
 func (n *Notifier) listenOnce(ctx context.Context) (listened bool, err error) {
+	// Parsed as the pool parses it, so that a URL with pool_* settings
+	// (pool_max_conns, …: the store's) does not send them as parameters.
+	cfg, err := pgxpool.ParseConfig(n.url)
+	if err != nil {
+		return false, err
+	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	conn, err := pgx.Connect(cctx, n.url)
+	conn, err := pgx.ConnectConfig(cctx, cfg.ConnConfig)
 	cancel()
 	if err != nil {
 		return false, err

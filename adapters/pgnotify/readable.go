@@ -77,7 +77,7 @@ type recent struct {
 	mu      sync.Mutex
 	seed    maphash.Seed
 	byKey   map[domain.Key][]uint64
-	fifo    []announced     // in the order announced, for forgetting
+	fifo    []announced   // in the order announced, for forgetting
 	changed chan struct{} // closed (and replaced) at each announcement
 }
 

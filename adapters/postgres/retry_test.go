@@ -122,4 +122,3 @@ func waitForLockWaiter(t *testing.T, url string) {
 	}
 	t.Fatal("no session came to wait for the row within 10 s")
 }
-

@@ -16,12 +16,18 @@
 // row (SELECT … FOR UPDATE), run fn and domain.CheckTransition on the
 // record read, write the row and commit; whoever holds the row decides, so
 // races (two claims, a result against a timeout) are decided by fn on the
-// current record. A claim without a query is one statement: the first
-// claimable pending row in claim order, FOR UPDATE SKIP LOCKED. A claim
-// with a query reads candidates in claim order, a batch at a time and
-// without locks, tests the Matcher on each in Go, and locks only a task it
-// accepts (re-checking that it is still claimable), so it never claims a
-// task the query rejects nor holds up tasks other queries want.
+// current record. A rule costs two round trips (txn.go: BEGIN with the
+// locking SELECT; the write, its line and COMMIT). The posts, claims
+// without a query and updates one server makes at the same time share one
+// transaction (group commit, group.go): each still decided by its fn on
+// its locked row, two round trips and one COMMIT for the lot. A claim
+// without a query takes the first claimable pending rows in claim order,
+// FOR UPDATE SKIP LOCKED. A claim with a query reads candidates in claim
+// order, a batch at a time and without locks, tests the Matcher on each in
+// Go, and locks only a task it accepts (re-checking that it is still
+// claimable), so it never claims a task the query rejects nor holds up
+// tasks other queries want. A transaction the database aborts with a
+// serialization failure or a deadlock is run again (txn.go).
 //
 // Event lines. With WriteLines, a change's event line is written in its
 // own transaction, before COMMIT (log.go).
@@ -34,9 +40,10 @@
 // Then calls of a queue follow store order (a task's later change can take
 // its ticket only after the earlier one committed). Get and ByKey on this
 // Store wait for a task's Then that is still running, so a Get sees a
-// change only once its Then has returned, as the contract asks. That holds
-// within one server; across servers, adapters/pgnotify carries the news
-// after the COMMIT (a watch on another server may see a change twice).
+// change only once its Then has returned, as the contract asks. Across
+// servers adapters/pgnotify carries the news after the COMMIT, and Get
+// waits in its read hook (OnRead) until a change another server made has
+// been announced here, so a watch does not see it twice.
 //
 // Clocks. now comes from the caller, as with every store; a server on
 // PostgreSQL is given Clock (clock.go), the database's time, so that

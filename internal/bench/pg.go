@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The peers' PostgreSQL runs: Taskhoster `serve --store postgres` with one
@@ -96,9 +97,9 @@ var taskTables = []string{"tasks", "event_lines", "log_days", "payloads", "pause
 // wipeDatabase empties the Taskhoster tables of the database at url (those
 // that exist: a fresh database has none until a server migrates it).
 func wipeDatabase(ctx context.Context, url string) error {
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := connect(ctx, url)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", redactURL(url), err)
+		return err
 	}
 	defer conn.Close(context.Background())
 	var present []string
@@ -124,9 +125,9 @@ func wipeDatabase(ctx context.Context, url string) error {
 // day files: each of ids has exactly one "result" line, and no other task
 // of the queue has any (the run began on an empty database).
 func countDBResults(ctx context.Context, url, host, queue string, ids []string) error {
-	conn, err := pgx.Connect(ctx, url)
+	conn, err := connect(ctx, url)
 	if err != nil {
-		return fmt.Errorf("connect to %s: %w", redactURL(url), err)
+		return err
 	}
 	defer conn.Close(context.Background())
 	rows, err := conn.Query(ctx, `SELECT id, count(*) FROM event_lines
@@ -167,10 +168,23 @@ func countDBResults(ctx context.Context, url, host, queue string, ids []string) 
 	return errors.Join(errs...)
 }
 
+// connect opens a connection to the database at url, which may carry the
+// servers' pool_* settings.
+func connect(ctx context.Context, url string) (*pgx.Conn, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err == nil {
+		var conn *pgx.Conn
+		if conn, err = pgx.ConnectConfig(ctx, cfg.ConnConfig); err == nil {
+			return conn, nil
+		}
+	}
+	return nil, fmt.Errorf("connect to %s: %w", redactURL(url), err)
+}
+
 // redactURL drops a password from a database URL for error messages.
 func redactURL(url string) string {
-	if cfg, err := pgx.ParseConfig(url); err == nil {
-		return fmt.Sprintf("postgres://%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
+	if cfg, err := pgxpool.ParseConfig(url); err == nil {
+		return fmt.Sprintf("postgres://%s@%s:%d/%s", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
 	}
 	return "the database"
 }

@@ -142,7 +142,9 @@ func ThroughputOn(ctx context.Context, ts []Target, transport string, ld Load) (
 			return LoadRun{}, nil, fmt.Errorf("unknown transport %q", transport)
 		}
 	}
-	post := func(ctx context.Context, seq int, body []byte) (string, error) { return apis[seq%len(apis)].post(ctx, body) }
+	post := func(ctx context.Context, seq int, body []byte) (string, error) {
+		return apis[seq%len(apis)].post(ctx, body)
+	}
 	r, err := runLoad(ctx, ld, l, workers, post)
 	return r, l.ids, err
 }
