@@ -17,10 +17,17 @@
 #   BENCH_COMMIT the source BENCH_BIN was built from (default: git describe now)
 #   BENCH_IMAGE  0 skips the journaled image; BENCH_OWN=0 skips the own disc
 #   FSFLOOR_SRC  the fsfloor sources (default ../shared/tools/fsfloor)
-#   BENCH_RIVER  1 (with --peers) adds River on PostgreSQL: bench/river (a module
-#                of its own, fetched through the Go module proxy) is built, and a
-#                throwaway PostgreSQL cluster (fsync and synchronous_commit on, as
-#                shipped) is started in a folder on each disc and removed after it
+#   BENCH_PG     1 (with --peers) adds Taskhoster on PostgreSQL (serve --store
+#                postgres, one server and two): a throwaway PostgreSQL cluster
+#                (fsync and synchronous_commit on, as shipped) is started in a
+#                folder on each disc and removed after it; the bench is given its
+#                URL and data folder (--database-dir, for the database's CPU)
+#   BENCH_RIVER  1 (with --peers) adds River on the same cluster too (implies
+#                BENCH_PG=1): bench/river (a module of its own, fetched through
+#                the Go module proxy) is built
+#   BENCH_ONLY   with --peers: the contenders to run, comma-separated, of
+#                files,beanstalkd,fsfloor,postgres,river (default: all given);
+#                BENCH_ONLY=postgres,river BENCH_RIVER=1 runs just those two
 set -euo pipefail
 
 peers=0
@@ -135,18 +142,26 @@ if [ "$peers" = 1 ]; then
 		say "could not build fsfloor from $fsfloor_src: its runs are skipped"
 	fi
 fi
-river=0
-if [ "$peers" = 1 ] && [ "${BENCH_RIVER:-0}" = 1 ]; then
+river=0 pg=0
+if [ "$peers" = 1 ] && [ -n "${BENCH_ONLY:-}" ]; then
+	extra+=(--contenders "$BENCH_ONLY")
+fi
+if [ "$peers" = 1 ] && { [ "${BENCH_PG:-0}" = 1 ] || [ "${BENCH_RIVER:-0}" = 1 ]; }; then
 	pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 	if [ -z "$pgbin" ] && command -v initdb >/dev/null; then
 		pgbin=$(dirname "$(command -v initdb)")
 	fi
 	if [ -z "$pgbin" ]; then
-		say "BENCH_RIVER=1 but PostgreSQL is not installed: River's runs are skipped"
-	elif (cd bench/river && go build -o "$tmp/riverbench" .); then
-		river=1
+		say "BENCH_PG=1 or BENCH_RIVER=1 but PostgreSQL is not installed: the runs on it are skipped"
 	else
-		say "could not build bench/river: River's runs are skipped"
+		pg=1
+		if [ "${BENCH_RIVER:-0}" = 1 ]; then
+			if (cd bench/river && go build -o "$tmp/riverbench" .); then
+				river=1
+			else
+				say "could not build bench/river: River's runs are skipped"
+			fi
+		fi
 	fi
 fi
 
@@ -165,11 +180,12 @@ for entry in "${discs[@]}"; do
 		# each); memory does not depend on the disc.
 		flags=(--sections throughput,handoff,depth --depths 100,10000)
 	fi
-	if [ "$river" = 1 ]; then
+	if [ "$pg" = 1 ]; then
 		if start_pg "$dir"; then
-			flags+=(--river "$tmp/riverbench" --database-url "$pg_url")
+			flags+=(--database-url "$pg_url" --database-dir "$pgdir/data")
+			[ "$river" = 1 ] && flags+=(--river "$tmp/riverbench")
 		else
-			say "no PostgreSQL on $label: River's runs are skipped there"
+			say "no PostgreSQL on $label: the runs on it are skipped there"
 		fi
 	fi
 	say "$label: $dir"

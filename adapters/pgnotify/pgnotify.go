@@ -40,15 +40,14 @@
 // over from a fresh read.
 //
 // Limits. Across servers a notification arrives a little after its change
-// committed. So a watch that starts on one server while another server's
-// change is between its COMMIT and its notification may see that change
-// both in the record it reads and as an event; and when one task's changes
-// are stored alternately on two servers within a notification's latency, a
-// watcher may see them out of order. Sending the notification inside the
-// change's transaction (in adapters/postgres) would remove the second.
+// committed. A read of such a change waits until its news has arrived
+// (readable.go), so a watch does not see it twice; but when one task's
+// changes are stored alternately on two servers within a notification's
+// latency, a watcher may see them out of order.
 package pgnotify
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -102,6 +101,7 @@ type Notifier struct {
 	get    Getter
 	logger *zap.Logger
 	id     string // this server's id, to skip its own notifications
+	own    []byte // how this server's payloads begin
 
 	pool *pgxpool.Pool
 
@@ -111,6 +111,7 @@ type Notifier struct {
 	seq    uint64
 
 	watched sync.Map // domain.Key → *atomic.Int64: local subscriptions
+	recent  recent   // the records announced here lately (Readable)
 
 	pid      atomic.Uint32 // the listener's backend pid (tests)
 	listened chan struct{} // closed once the first LISTEN succeeded
@@ -128,8 +129,9 @@ func New(hub Hub, url string, get Getter, logger *zap.Logger) *Notifier {
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
 	return &Notifier{
-		hub: hub, url: url, get: get, logger: logger, id: hex.EncodeToString(b[:]),
+		hub: hub, url: url, get: get, logger: logger, id: id, own: []byte(`{"s":"` + id + `",`),
 		more: make(chan struct{}, 1), listened: make(chan struct{}),
 	}
 }
@@ -142,6 +144,10 @@ func (n *Notifier) Start(ctx context.Context) error {
 		return err
 	}
 	cfg.MaxConns = 2
+	// A notification is news, not data: its transaction need not wait for
+	// the WAL to reach the disc (listeners get it at COMMIT either way,
+	// and a database that crashes cuts them off, so they look again).
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "off"
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return err
@@ -201,10 +207,12 @@ type message struct {
 // Publish hands ev to the local hub and queues its notification.
 func (n *Notifier) Publish(ev domain.Event) {
 	n.hub.Publish(ev)
+	record := domain.EncodeTask(ev.Task)
+	n.recent.add(domain.KeyOf(ev.Task), record)
 	m := message{
 		Host: ev.Task.Host, Queue: ev.Task.Queue, ID: ev.Task.ID, Kind: string(ev.Kind),
 		At: ev.At, Worker: ev.Worker, Cause: ev.Cause, Claimable: ev.Task.Claimable(ev.At),
-		Task: domain.EncodeTask(ev.Task),
+		Task: record,
 	}
 	n.enqueue(m)
 }
@@ -336,8 +344,14 @@ func (n *Notifier) listen(ctx context.Context) {
 // listenOnce connects, LISTENs and receives until the connection fails;
 // listened says whether it got as far as LISTEN.
 func (n *Notifier) listenOnce(ctx context.Context) (listened bool, err error) {
+	// Parsed as the pool parses it, so that a URL with pool_* settings
+	// (pool_max_conns, …: the store's) does not send them as parameters.
+	cfg, err := pgxpool.ParseConfig(n.url)
+	if err != nil {
+		return false, err
+	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	conn, err := pgx.Connect(cctx, n.url)
+	conn, err := pgx.ConnectConfig(cctx, cfg.ConnConfig)
 	cancel()
 	if err != nil {
 		return false, err
@@ -365,6 +379,11 @@ func (n *Notifier) listenOnce(ctx context.Context) (listened bool, err error) {
 
 // receive turns another server's notification into a local one.
 func (n *Notifier) receive(ctx context.Context, payload []byte) {
+	// Its own come back too: skipped before decoding them (the server id
+	// is the payload's first field).
+	if bytes.HasPrefix(payload, n.own) {
+		return
+	}
 	var m message
 	if err := json.Unmarshal(payload, &m); err != nil {
 		n.logger.Warn("notification not understood", zap.Error(err))
@@ -387,6 +406,7 @@ func (n *Notifier) receive(ctx context.Context, payload []byte) {
 		}
 		ev.Task = t
 		n.hub.Publish(ev)
+		n.recent.add(domain.KeyOf(t), domain.EncodeTask(t))
 		return
 	}
 	// Too large to carry the record: wake a claim, and read the record
@@ -398,7 +418,7 @@ func (n *Notifier) receive(ctx context.Context, payload []byte) {
 		}
 		return
 	}
-	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	gctx, cancel := context.WithTimeout(context.WithValue(ctx, receiving{}, true), 5*time.Second)
 	t, err := n.get.Get(gctx, k)
 	cancel()
 	if err != nil {
@@ -413,6 +433,7 @@ func (n *Notifier) receive(ctx context.Context, payload []byte) {
 		n.hub.Wake(q, 1) // the record read is a later one; the wake was due
 	}
 	n.hub.Publish(ev)
+	n.recent.add(k, domain.EncodeTask(t))
 }
 
 // ListenerPID is the backend pid of the listener's connection (0 before

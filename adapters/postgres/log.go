@@ -60,38 +60,36 @@ type Staged func(ctx context.Context) (ev domain.Event, archive bool, logged fun
 // staged, in the change's own transaction. Call it before serving.
 func (s *Store) WriteLines(staged Staged) { s.staged = staged }
 
-// stageLine writes the line of the change tx makes under ctx, if one is
-// staged.
-func (s *Store) stageLine(ctx context.Context, tx pgx.Tx) error {
+// stageLine queues in b the line of the change being stored under ctx, if
+// one is staged, and returns the function to call once b committed (nil
+// when none is staged).
+func (s *Store) stageLine(ctx context.Context, b *pgx.Batch) (logged func(), err error) {
 	if s.staged == nil {
-		return nil
+		return nil, nil
 	}
 	ev, archive, logged, ok := s.staged(ctx)
 	if !ok {
-		return nil
+		return nil, nil
 	}
-	if err := insertLine(ctx, tx, ev, archive); err != nil {
-		return err
+	if err := queueLine(b, ev, archive); err != nil {
+		return nil, err
 	}
-	logged()
-	return nil
+	return logged, nil
 }
 
-// insertLine appends ev's line in tx, after archiving its bodies when
-// archive is set.
-func insertLine(ctx context.Context, tx pgx.Tx, ev domain.Event, archive bool) error {
+// queueLine queues in b the statements that append ev's line, after
+// archiving its bodies when archive is set.
+func queueLine(b *pgx.Batch, ev domain.Event, archive bool) error {
 	var archived []string
 	if archive {
 		var err error
-		if archived, err = archiveBodies(ctx, tx, ev); err != nil {
+		if archived, err = queueBodies(b, ev); err != nil {
 			return err
 		}
 	}
 	t := ev.Task
-	if _, err := tx.Exec(ctx, insertLineSQL+` VALUES ($1, $2, $3, $4, $5)`,
-		eventlog.DayOf(ev.At), t.Host, t.Queue, t.ID, eventlog.EncodeLine(ev, archived)); err != nil {
-		return fail("log "+string(ev.Kind)+" of "+ev.Task.ID, err)
-	}
+	b.Queue(insertLineSQL+` VALUES ($1, $2, $3, $4, $5)`,
+		eventlog.DayOf(ev.At), t.Host, t.Queue, t.ID, eventlog.EncodeLine(ev, archived))
 	return nil
 }
 
@@ -195,18 +193,16 @@ type Log struct {
 // Log is the event log in the store's database.
 func (s *Store) Log() *Log { return &Log{pool: s.pool} }
 
-// Append writes ev's line in a transaction of its own. An event already
-// written with its change (see Store.WriteLines) does not come here.
+// Append writes ev's line in a transaction of its own: one round trip,
+// the batch's statements forming one implicit transaction. An event
+// already written with its change (see Store.WriteLines) does not come
+// here.
 func (l *Log) Append(ctx context.Context, ev domain.Event, archive bool) error {
-	tx, err := l.pool.Begin(ctx)
-	if err != nil {
-		return fail("log "+string(ev.Kind)+" of "+ev.Task.ID, err)
-	}
-	defer rollback(tx)
-	if err := insertLine(ctx, tx, ev, archive); err != nil {
+	b := &pgx.Batch{}
+	if err := queueLine(b, ev, archive); err != nil {
 		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := l.pool.SendBatch(ctx, b).Close(); err != nil {
 		return fail("log "+string(ev.Kind)+" of "+ev.Task.ID, err)
 	}
 	return nil
@@ -320,27 +316,26 @@ func (l *Log) ReadLines(day string, offset int64, limit int, keep func(host, que
 	return out.Bytes(), next, nil
 }
 
-// archiveBodies writes ev's bodies (eventlog.Bodies) to payloads in tx and
-// returns their names for the line's "archived". The database's time
-// stamps them, for Prune and Last-Modified.
-func archiveBodies(ctx context.Context, tx pgx.Tx, ev domain.Event) ([]string, error) {
+// queueBodies queues in b the statements that write ev's bodies
+// (eventlog.Bodies) to payloads, and returns their names for the line's
+// "archived". The database's time stamps them, for Prune and
+// Last-Modified.
+func queueBodies(b *pgx.Batch, ev domain.Event) ([]string, error) {
 	bodies, err := eventlog.Bodies(ev)
 	if err != nil {
 		return nil, &domain.Error{Kind: domain.KindInternal, Code: domain.CodeInternal, Message: "archive a payload", Err: err}
 	}
 	t := ev.Task
 	var names []string
-	for _, b := range bodies {
+	for _, body := range bodies {
 		set := `EXCLUDED.body`
-		if b.Appended {
+		if body.Appended {
 			set = `payloads.body || EXCLUDED.body`
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO payloads (host, queue, id, file, body, modified) VALUES ($1, $2, $3, $4, $5, now())
+		b.Queue(`INSERT INTO payloads (host, queue, id, file, body, modified) VALUES ($1, $2, $3, $4, $5, now())
 			ON CONFLICT (host, queue, id, file) DO UPDATE SET body = `+set+`, modified = now()`,
-			t.Host, t.Queue, t.ID, b.File, b.Data); err != nil {
-			return nil, fail("archive "+string(ev.Kind)+" of "+t.ID, err)
-		}
-		names = append(names, b.Name)
+			t.Host, t.Queue, t.ID, body.File, body.Data)
+		names = append(names, body.Name)
 	}
 	return names, nil
 }

@@ -21,15 +21,14 @@ import (
 
 var _ httpapi.LogReader = (*postgres.Log)(nil)
 
-// stage is a test's app.StagedEvent: the event in the context, and a hook
-// run once the store wrote its line (before COMMIT).
+// stage is a test's app.StagedEvent: the event in the context, and
+// whether the store said it wrote its line.
 type stageKey struct{}
 
 type stagedEv struct {
 	ev      *domain.Event
 	archive bool
 	logged  bool
-	hook    func()
 }
 
 func staged(ctx context.Context) (domain.Event, bool, func(), bool) {
@@ -37,12 +36,7 @@ func staged(ctx context.Context) (domain.Event, bool, func(), bool) {
 	if !ok || st.ev.Kind == "" {
 		return domain.Event{}, false, nil, false
 	}
-	return *st.ev, st.archive, func() {
-		st.logged = true
-		if st.hook != nil {
-			st.hook()
-		}
-	}, true
+	return *st.ev, st.archive, func() { st.logged = true }, true
 }
 
 func stage(ev *domain.Event) (context.Context, *stagedEv) {
@@ -153,8 +147,10 @@ func TestLogLinesWithChanges(t *testing.T) {
 	}
 }
 
-// A transaction killed between the line and the COMMIT leaves neither the
-// change nor its line; one that commits leaves both.
+// A change whose line the database refuses is not stored, and a line
+// whose change the database refuses is not written: they commit together
+// or not at all. (Triggers refuse them, after the other statement of the
+// transaction ran.)
 func TestLogLineAndChangeCommitTogether(t *testing.T) {
 	url := pgtest.Database(t)
 	s := mustOpen(t, url)
@@ -165,55 +161,92 @@ func TestLogLineAndChangeCommitTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close(context.Background())
-	kill := func() {
-		// The store's connection sits idle in its transaction, line
-		// written, COMMIT not yet sent.
-		var n int
-		if err := admin.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-			WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'idle in transaction'`).Scan(&n); err != nil || n != 1 {
-			t.Errorf("terminate the store's transaction: %d backends, %v", n, err)
+	// refuse(table, when) makes the database refuse the rows of table
+	// that when (an SQL condition on NEW) picks, until the returned
+	// function lifts it.
+	refuse := func(table, when string) func() {
+		t.Helper()
+		if _, err := admin.Exec(context.Background(), `CREATE OR REPLACE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+			BEGIN IF `+when+` THEN RAISE EXCEPTION 'refused by the test'; END IF; RETURN NEW; END $$;
+			CREATE TRIGGER refuse BEFORE INSERT OR UPDATE ON `+table+` FOR EACH ROW EXECUTE FUNCTION refuse()`); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(50 * time.Millisecond) // let the backend go
+		return func() {
+			if _, err := admin.Exec(context.Background(), `DROP TRIGGER refuse ON `+table); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	count := func(query string) int {
+		t.Helper()
+		var n int
+		if err := admin.QueryRow(context.Background(), query).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
 	}
 
-	// A post killed before COMMIT: no task, no line. (A post that archives
-	// no body is one statement, atomic by itself; one that archives its
-	// item is a transaction.)
+	// A post whose line is refused, archiving its item: no task, no body.
 	task, posted := postEv(1)
+	lift := refuse("event_lines", `convert_from(NEW.line, 'UTF8') LIKE '%posted%'`)
 	ctx, st := stage(&posted)
-	st.archive, st.hook = true, kill
+	st.archive = true
 	if err := s.Create(ctx, task, nil); err == nil {
-		t.Fatal("create survived its transaction's end")
+		t.Fatal("a create whose line was refused was acknowledged")
 	}
 	if _, err := s.Get(context.Background(), domain.KeyOf(task)); !errors.Is(err, domain.ErrNotFound) {
-		t.Errorf("get after a killed create: %v, want not found", err)
+		t.Errorf("get after a refused line: %v, want not found", err)
 	}
-	if days, err := l.Days(); err != nil || len(days) != 0 {
-		t.Errorf("days after a killed create: %+v, %v; want none", days, err)
+	if n := count(`SELECT count(*) FROM payloads`); n != 0 {
+		t.Errorf("%d archived bodies after a refused line, want 0", n)
 	}
+	if st.logged {
+		t.Error("the store said it wrote a line that was refused")
+	}
+	lift()
 
-	// Posted for real, then a claim killed before COMMIT.
+	// Posted for real; then a claim whose line is refused.
 	ctx, _ = stage(&posted)
 	if err := s.Create(ctx, task, nil); err != nil {
 		t.Fatal(err)
 	}
-	var claimed domain.Event
-	ctx, st = stage(&claimed)
-	st.hook = kill
-	if _, err := s.Update(ctx, domain.KeyOf(task), func(tk *domain.Task) error {
-		var err error
-		*tk, claimed, err = tk.Claim("box-1", time.Minute, epoch.Add(time.Second))
+	claim := func(ctx context.Context) error {
+		var claimed domain.Event
+		*ctx.Value(stageKey{}).(*stagedEv) = stagedEv{ev: &claimed}
+		_, err := s.Update(ctx, domain.KeyOf(task), func(tk *domain.Task) error {
+			var err error
+			*tk, claimed, err = tk.Claim("box-1", time.Minute, epoch.Add(time.Second))
+			return err
+		}, nil)
 		return err
-	}, nil); err == nil {
-		t.Fatal("claim survived its transaction's end")
 	}
+	lift = refuse("event_lines", `convert_from(NEW.line, 'UTF8') LIKE '%claimed%'`)
+	if err := claim(context.WithValue(context.Background(), stageKey{}, &stagedEv{})); err == nil {
+		t.Fatal("a claim whose line was refused was acknowledged")
+	}
+	lift()
 	got, err := s.Get(context.Background(), domain.KeyOf(task))
 	if err != nil || got.Status != domain.Pending {
-		t.Errorf("after a killed claim: %v %v, want pending", got.Status, err)
+		t.Errorf("after a claim whose line was refused: %v %v, want pending", got.Status, err)
 	}
+	// A claim whose row is refused: no line.
+	lift = refuse("tasks", `NEW.status = 'processing'`)
+	if err := claim(context.WithValue(context.Background(), stageKey{}, &stagedEv{})); err == nil {
+		t.Fatal("a claim whose row was refused was acknowledged")
+	}
+	lift()
 	lines, next, err := l.ReadLines(eventlog.DayOf(epoch), 0, 1<<20, keepAll)
 	if want := eventlog.EncodeLine(posted, nil); err != nil || !bytes.Equal(lines, want) || next != int64(len(want)) {
-		t.Errorf("lines after a killed claim = %q, %d, %v; want the posted line only", lines, next, err)
+		t.Errorf("lines after the refused claims = %q, %d, %v; want the posted line only", lines, next, err)
+	}
+	// Neither refusal left a connection in a transaction: the claim
+	// goes through now, line and all.
+	st = &stagedEv{}
+	if err := claim(context.WithValue(context.Background(), stageKey{}, st)); err != nil || !st.logged {
+		t.Fatalf("claim = %v (line written: %v)", err, st.logged)
+	}
+	if n := count(`SELECT count(*) FROM event_lines`); n != 2 {
+		t.Errorf("%d lines, want posted and claimed", n)
 	}
 }
 

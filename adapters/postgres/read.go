@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
 )
@@ -18,24 +20,41 @@ import (
 // Store last looked, and are claimable now.
 func (s *Store) promote(ctx context.Context, ref domain.QueueRef, now int64) error {
 	q := s.queue(ref)
-	q.mu.Lock()
-	from := q.looked
-	if now <= from {
-		q.mu.Unlock()
+	from, moved := q.advance(now)
+	if !moved {
 		return nil
 	}
-	q.looked = now
-	q.mu.Unlock()
 	var n int
-	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE host = $1 AND queue = $2 AND status = 'pending'
-		AND not_before > $3 AND not_before <= $4`, ref.Host, ref.Queue, from, now).Scan(&n)
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE `+dueBetween, ref.Host, ref.Queue, now, from).Scan(&n)
 	if err != nil {
 		return fail("look for due tasks", err)
 	}
+	q.addDue(n)
+	return nil
+}
+
+// dueBetween selects ref's ($1, $2) pending tasks whose notBefore is in
+// ($4, $3]: those come due between two looks.
+const dueBetween = `host = $1 AND queue = $2 AND status = 'pending' AND not_before > $4 AND not_before <= $3`
+
+// advance moves the queue's looked-at time on to now, if now is later,
+// and returns the time it moved from.
+func (q *queue) advance(now int64) (from int64, moved bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	from = q.looked
+	if now <= from {
+		return from, false
+	}
+	q.looked = now
+	return from, true
+}
+
+// addDue counts n tasks come due, for the next Due.
+func (q *queue) addDue(n int) {
 	q.mu.Lock()
 	q.due += n
 	q.mu.Unlock()
-	return nil
 }
 
 // Due reports how many tasks of ref became claimable since the last call
@@ -88,8 +107,39 @@ func (s *Store) Counts(ref domain.QueueRef) ports.Counts {
 	return c
 }
 
-// eachPage is how many records Each reads at a time.
-const eachPage = 500
+// HasPending reports whether ref has a pending task (delayed or not) that
+// no transaction holds: the hub asks it each time a woken claim found
+// nothing (notify.WithPending), to hand the wake on only while there is
+// something to take. Counts(ref).Pending > 0 would count the tasks that
+// claims in flight hold too, so that under load every futile wake went
+// down the whole line of waiting claims, each finding nothing. Holding a
+// task's row takes a lock, so this takes one (FOR KEY SHARE, which every
+// claim's FOR UPDATE conflicts with, SKIP LOCKED) and rolls it back at
+// once: one round trip, nothing to flush. A database that cannot be
+// reached has none.
+func (s *Store) HasPending(ref domain.QueueRef) bool {
+	ctx, cancel := shortCtx()
+	defer cancel()
+	var pending bool
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(`SELECT EXISTS (SELECT 1 FROM (SELECT 1 FROM tasks WHERE host = $1 AND queue = $2 AND status = 'pending'
+		LIMIT 1 FOR KEY SHARE SKIP LOCKED) t)`, ref.Host, ref.Queue).QueryRow(func(r pgx.Row) error { return r.Scan(&pending) })
+	b.Queue("ROLLBACK")
+	if s.pool.SendBatch(ctx, b).Close() != nil {
+		return false
+	}
+	return pending
+}
+
+// Each reads a page of eachFirst records first, then pages four times as
+// large up to eachPage: the sweep stops at the first pending task too
+// young to time out and the first done task too young to clean, so most
+// of its passes need only the first few records.
+const (
+	eachFirst = 16
+	eachPage  = 500
+)
 
 // Each calls fn with each task of ref in stage st, pending ones by
 // (EligibleAt, id), the others by (postedAt, id), reading a page at a time.
@@ -99,8 +149,8 @@ func (s *Store) Each(ctx context.Context, ref domain.QueueRef, st domain.Stage, 
 	}
 	order := orderOf(st)
 	var after *position
-	for {
-		page, err := s.page(ctx, ref, st, "", order, false, after, eachPage)
+	for size := eachFirst; ; size = min(4*size, eachPage) {
+		page, err := s.page(ctx, ref, st, "", order, false, after, size)
 		if err != nil {
 			return err
 		}
@@ -109,7 +159,7 @@ func (s *Store) Each(ctx context.Context, ref domain.QueueRef, st domain.Stage, 
 				return nil
 			}
 		}
-		if len(page) < eachPage {
+		if len(page) < size {
 			return nil
 		}
 		last := page[len(page)-1]

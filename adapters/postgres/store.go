@@ -16,15 +16,21 @@
 // row (SELECT … FOR UPDATE), run fn and domain.CheckTransition on the
 // record read, write the row and commit; whoever holds the row decides, so
 // races (two claims, a result against a timeout) are decided by fn on the
-// current record. A claim without a query is one statement: the first
-// claimable pending row in claim order, FOR UPDATE SKIP LOCKED. A claim
-// with a query reads candidates in claim order, a batch at a time and
-// without locks, tests the Matcher on each in Go, and locks only a task it
-// accepts (re-checking that it is still claimable), so it never claims a
-// task the query rejects nor holds up tasks other queries want. What of the
+// current record. A rule costs two round trips (txn.go: BEGIN with the
+// locking SELECT; the write, its line and COMMIT). The posts, claims
+// without a query and updates one server makes at the same time share one
+// transaction (group commit, group.go): each still decided by its fn on
+// its locked row, two round trips and one COMMIT for the lot. A claim
+// without a query takes the first claimable pending rows in claim order,
+// FOR UPDATE SKIP LOCKED. A claim with a query reads candidates in claim
+// order, a batch at a time and without locks, tests the Matcher on each in
+// Go, and locks only a task it accepts (re-checking that it is still
+// claimable), so it never claims a task the query rejects nor holds up
+// tasks other queries want. What of the
 // query (a JSON Schema) SQL can judge is added to the candidates'
 // statement as a condition on the item as jsonb (query.go), and when that
-// condition is exact the Go test is skipped.
+// condition is exact the Go test is skipped. A transaction the database aborts with a
+// serialization failure or a deadlock is run again (txn.go).
 //
 // Event lines. With WriteLines, a change's event line is written in its
 // own transaction, before COMMIT (log.go).
@@ -37,9 +43,10 @@
 // Then calls of a queue follow store order (a task's later change can take
 // its ticket only after the earlier one committed). Get and ByKey on this
 // Store wait for a task's Then that is still running, so a Get sees a
-// change only once its Then has returned, as the contract asks. That holds
-// within one server; across servers, adapters/pgnotify carries the news
-// after the COMMIT (a watch on another server may see a change twice).
+// change only once its Then has returned, as the contract asks. Across
+// servers adapters/pgnotify carries the news after the COMMIT, and Get
+// waits in its read hook (OnRead) until a change another server made has
+// been announced here, so a watch does not see it twice.
 //
 // Clocks. now comes from the caller, as with every store; a server on
 // PostgreSQL is given Clock (clock.go), the database's time, so that
@@ -61,7 +68,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -87,6 +96,12 @@ type Store struct {
 	pauses pauseCache
 
 	staged Staged // nil: no event lines in the change's transaction (log.go)
+
+	retries atomic.Int64 // transactions run again (txn.go)
+
+	group group // changes waiting for a batch (group.go)
+
+	onRead ReadHook // nil: none (tasks.go, Get)
 }
 
 // Open connects to the database at url (a postgres:// URL or a key=value
@@ -95,6 +110,13 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, "database URL: %v", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		// pgxpool's default, the number of CPUs (at least 4), is too few
+		// for changes that each hold a connection while the database
+		// flushes its COMMIT: those flushes are shared by the commits
+		// that wait together.
+		cfg.MaxConns = defaultMaxConns
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -106,6 +128,9 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	}
 	return &Store{pool: pool, queues: make(map[domain.QueueRef]*queue), pauses: newPauseCache()}, nil
 }
+
+// defaultMaxConns is the pool's size unless the URL sets pool_max_conns.
+const defaultMaxConns = 16
 
 // Close closes the connections.
 func (s *Store) Close() { s.pool.Close() }

@@ -42,25 +42,40 @@ func checkUpdate(cur, next domain.Task) (domain.Task, []byte, error) {
 }
 
 // Create stores a new task in one statement (with its posted line, when
-// the store writes lines: log.go, in one transaction): the primary key refuses a
-// taken id (ErrExists), the unique index a taken idempotency key
-// (ErrKeyTaken), so of posts racing with one key exactly one is stored.
+// the store writes lines: log.go, in one transaction), in a batch with the
+// server's other changes (group.go): the primary key refuses a taken id
+// (ErrExists), the unique index a taken idempotency key (ErrKeyTaken), so
+// of posts racing with one key exactly one is stored.
 func (s *Store) Create(ctx context.Context, t domain.Task, then ports.Then) error {
 	stored, data, err := checkNew(t)
 	if err != nil {
 		return err
 	}
+	o := &op{kind: opCreate, ctx: ctx, key: domain.KeyOf(stored), task: stored, data: data}
+	s.run(o)
+	thenErr := s.settleOp(o, func() error { return then.Call(stored) })
+	switch {
+	case o.alone:
+		return s.createAlone(ctx, stored, data, then)
+	case o.err != nil:
+		return o.err
+	}
+	return thenErr
+}
+
+// createAlone is Create outside a batch.
+func (s *Store) createAlone(ctx context.Context, stored domain.Task, data []byte, then ports.Then) error {
 	if s.staged != nil {
 		return s.createLogged(ctx, stored, data, then)
 	}
-	q := s.queue(domain.KeyOf(t).Ref())
-	ticket := q.seq.take(t.ID)
-	_, err = s.pool.Exec(ctx, `INSERT INTO tasks (`+columns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, row(stored, data)...)
+	q := s.queue(domain.KeyOf(stored).Ref())
+	ticket := q.seq.take(stored.ID)
+	_, err := s.pool.Exec(ctx, `INSERT INTO tasks (`+columns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, row(stored, data)...)
 	if err != nil {
-		_ = q.seq.run(ticket, t.ID, nil)
-		return createFailed(t.ID, err)
+		_ = q.seq.run(ticket, stored.ID, nil)
+		return createFailed(stored.ID, err)
 	}
-	return q.seq.run(ticket, t.ID, func() error { return then.Call(stored) })
+	return q.seq.run(ticket, stored.ID, func() error { return then.Call(stored) })
 }
 
 // createLogged stores a new task and its posted line in one transaction:
@@ -80,15 +95,24 @@ func (s *Store) createLogged(ctx context.Context, stored domain.Task, data []byt
 		logged()
 		return q.seq.run(ticket, stored.ID, func() error { return then.Call(stored) })
 	}
-	tx, err := s.pool.Begin(ctx)
+	// Archived bodies: the INSERT, the bodies and the line in one batch,
+	// one implicit transaction.
+	q := s.queue(domain.KeyOf(stored).Ref())
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO tasks (`+columns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, row(stored, data)...)
+	logged, err := s.stageLine(ctx, b)
 	if err != nil {
-		return fail("create task "+stored.ID, err)
+		return err
 	}
-	defer rollback(tx)
-	if _, err := tx.Exec(ctx, `INSERT INTO tasks (`+columns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, row(stored, data)...); err != nil {
+	ticket := q.seq.take(stored.ID)
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		_ = q.seq.run(ticket, stored.ID, nil)
 		return createFailed(stored.ID, err)
 	}
-	return s.commit(ctx, tx, stored, func() error { return then.Call(stored) })
+	if logged != nil {
+		logged()
+	}
+	return q.seq.run(ticket, stored.ID, func() error { return then.Call(stored) })
 }
 
 // createFailed is the error of a refused INSERT of task id.
@@ -103,11 +127,37 @@ func createFailed(id string, err error) error {
 }
 
 // Get returns the current record of a task, once the Then of its latest
-// change made by this Store has returned.
+// change made by this Store has returned, and once the read hook (see
+// OnRead) has returned.
 func (s *Store) Get(ctx context.Context, k domain.Key) (domain.Task, error) {
 	var data []byte
-	err := s.pool.QueryRow(ctx, `SELECT record FROM tasks WHERE host = $1 AND queue = $2 AND id = $3`, k.Host, k.Queue, k.ID).Scan(&data)
-	return s.read(k.Ref(), data, err, "get task "+k.ID)
+	var now int64
+	err := s.pool.QueryRow(ctx, `SELECT record, (extract(epoch FROM clock_timestamp()) * 1000)::bigint FROM tasks
+		WHERE host = $1 AND queue = $2 AND id = $3`, k.Host, k.Queue, k.ID).Scan(&data, &now)
+	t, err := s.read(k.Ref(), data, err, "get task "+k.ID)
+	if err == nil && s.onRead != nil {
+		s.onRead(ctx, t, time.Duration(now-lastChange(t))*time.Millisecond)
+	}
+	return t, err
+}
+
+// ReadHook is told of each record Get read, and how long before the read
+// (by the database's clock) its latest change was stamped.
+type ReadHook = func(ctx context.Context, t domain.Task, age time.Duration)
+
+// OnRead has Get call h with each record it read before returning it:
+// pgnotify waits there until a change another server made has been
+// announced here (pgnotify.Notifier.Readable). Call it before serving.
+func (s *Store) OnRead(h ReadHook) { s.onRead = h }
+
+// lastChange is the time of t's latest change (Unix ms): every change
+// stamps updatedAt but fetch, which stamps fetchedAt.
+func lastChange(t domain.Task) int64 {
+	at := t.UpdatedAt
+	if t.FetchedAt != nil {
+		at = max(at, *t.FetchedAt)
+	}
+	return at
 }
 
 // ByKey returns the task of ref holding idempotency key key.
@@ -133,60 +183,85 @@ func (s *Store) read(ref domain.QueueRef, data []byte, err error, op string) (do
 	return t, nil
 }
 
+// selectForUpdate reads a task's record and locks its row.
+const selectForUpdate = `SELECT record FROM tasks WHERE host = $1 AND queue = $2 AND id = $3 FOR UPDATE`
+
+// updateRow writes a task's row: row's values, in order.
+const updateRow = `UPDATE tasks SET status = $4, stage = $5, priority = $6, eligible_at = $7, not_before = $8, posted_at = $9, idempotency_key = $10, record = $11
+	WHERE host = $1 AND queue = $2 AND id = $3`
+
 // Update applies fn to the current record and stores the result, in one
-// transaction holding the task's row.
+// transaction holding the task's row, in a batch with the server's other
+// changes (group.go).
 func (s *Store) Update(ctx context.Context, k domain.Key, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return domain.Task{}, fail("update task "+k.ID, err)
+	o := &op{kind: opUpdate, ctx: ctx, key: k, fn: fn}
+	s.run(o)
+	thenErr := s.settleOp(o, func() error { return then.Call(o.out) })
+	switch {
+	case o.alone:
+		return s.updateAlone(ctx, k, fn, then)
+	case o.err != nil:
+		return o.out, o.err
 	}
-	defer rollback(tx)
-	var data []byte
-	err = tx.QueryRow(ctx, `SELECT record FROM tasks WHERE host = $1 AND queue = $2 AND id = $3 FOR UPDATE`, k.Host, k.Queue, k.ID).Scan(&data)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return domain.Task{}, domain.ErrNotFound
-	}
-	if err != nil {
-		return domain.Task{}, fail("update task "+k.ID, err)
-	}
-	return s.change(ctx, tx, data, fn, then)
+	return o.out, thenErr
+}
+
+// updateAlone is Update in a transaction of its own (two round trips:
+// txn.go).
+func (s *Store) updateAlone(ctx context.Context, k domain.Key, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+	return retry(ctx, s, func() (domain.Task, error) {
+		var data []byte
+		tx, err := s.lock(ctx, selectForUpdate, []any{k.Host, k.Queue, k.ID}, &data)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return domain.Task{}, domain.ErrNotFound
+		}
+		if err != nil {
+			return domain.Task{}, fail("update task "+k.ID, err)
+		}
+		return s.change(ctx, tx, data, fn, then)
+	})
 }
 
 // change runs fn on the record data, locked by tx, and stores and commits
 // what fn leaves, then runs then in its queue's turn. On a refusal it
-// returns the record as it was with the refusal.
-func (s *Store) change(ctx context.Context, tx pgx.Tx, data []byte, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+// returns the record as it was with the refusal. It ends tx.
+func (s *Store) change(ctx context.Context, tx *txn, data []byte, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
 	cur, err := decode(data)
 	if err != nil {
+		tx.rollback()
 		return domain.Task{}, err
 	}
 	next := cur.Clone()
 	if err := fn(&next); err != nil {
+		tx.rollback()
 		return cur, err
 	}
 	stored, data, err := checkUpdate(cur, next)
 	if err != nil {
+		tx.rollback()
 		return cur, err
 	}
-	_, err = tx.Exec(ctx, `UPDATE tasks SET status = $4, stage = $5, priority = $6, eligible_at = $7, not_before = $8, posted_at = $9, idempotency_key = $10, record = $11
-		WHERE host = $1 AND queue = $2 AND id = $3`, row(stored, data)...)
-	if err != nil {
-		return cur, fail("store task "+cur.ID, err)
-	}
-	return stored, s.commit(ctx, tx, stored, func() error { return then.Call(stored) })
+	b := &pgx.Batch{}
+	b.Queue(updateRow, row(stored, data)...)
+	return stored, s.commit(ctx, tx, b, stored, func() error { return then.Call(stored) })
 }
 
-// commit commits tx, the change of t, and runs then (stored) in t's
-// queue's turn.
-func (s *Store) commit(ctx context.Context, tx pgx.Tx, t domain.Task, then func() error) error {
-	if err := s.stageLine(ctx, tx); err != nil {
+// commit queues the change's line in b, commits b in tx (the change of
+// t), and runs then (stored) in t's queue's turn.
+func (s *Store) commit(ctx context.Context, tx *txn, b *pgx.Batch, t domain.Task, then func() error) error {
+	logged, err := s.stageLine(ctx, b)
+	if err != nil {
+		tx.rollback()
 		return err
 	}
 	q := s.queue(domain.KeyOf(t).Ref())
 	ticket := q.seq.take(t.ID)
-	if err := tx.Commit(ctx); err != nil {
+	if err := tx.commit(ctx, b); err != nil {
 		_ = q.seq.run(ticket, t.ID, nil)
 		return fail("commit task "+t.ID, err)
+	}
+	if logged != nil {
+		logged()
 	}
 	return q.seq.run(ticket, t.ID, then)
 }
@@ -200,11 +275,11 @@ const claimBatch = 64
 // comment).
 func (s *Store) ClaimNext(ctx context.Context, ref domain.QueueRef, m ports.Matcher, now time.Time, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
 	nowMs := domain.Millis(now)
+	if m == nil {
+		return s.claimBatched(ctx, ref, nowMs, fn, then)
+	}
 	if err := s.promote(ctx, ref, nowMs); err != nil {
 		return domain.Task{}, err
-	}
-	if m == nil {
-		return s.claimFirst(ctx, ref, nowMs, fn, then)
 	}
 	f := filterOf(m)
 	var after *domain.Task
@@ -231,24 +306,60 @@ func (s *Store) ClaimNext(ctx context.Context, ref domain.QueueRef, m ports.Matc
 
 const claimable = `host = $1 AND queue = $2 AND status = 'pending' AND (not_before IS NULL OR not_before <= $3)`
 
+// claimBatched claims the first claimable task of ref that no other
+// transaction holds, in a batch with the server's other changes
+// (group.go).
+func (s *Store) claimBatched(ctx context.Context, ref domain.QueueRef, now int64, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+	o := &op{kind: opClaim, ctx: ctx, ref: ref, now: now, fn: fn}
+	s.run(o)
+	thenErr := s.settleOp(o, func() error { return then.Call(o.out) })
+	switch {
+	case o.alone:
+		return s.claimFirst(ctx, ref, now, fn, then)
+	case o.err != nil:
+		return o.out, o.err
+	}
+	return o.out, thenErr
+}
+
 // claimFirst claims the first claimable task of ref that no other
-// transaction holds.
+// transaction holds: the locking SELECT, with promote's count when the
+// queue's looked-at time moves on, in the first round trip, the write in
+// the second.
 func (s *Store) claimFirst(ctx context.Context, ref domain.QueueRef, now int64, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return domain.Task{}, fail("claim", err)
-	}
-	defer rollback(tx)
-	var data []byte
-	err = tx.QueryRow(ctx, `SELECT record FROM tasks WHERE `+claimable+`
-		ORDER BY priority DESC, eligible_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`, ref.Host, ref.Queue, now).Scan(&data)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return domain.Task{}, domain.ErrNotFound
-	}
-	if err != nil {
-		return domain.Task{}, fail("claim", err)
-	}
-	return s.change(ctx, tx, data, fn, then)
+	const first = `SELECT record FROM tasks WHERE ` + claimable + `
+		ORDER BY priority DESC, eligible_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`
+	q := s.queue(ref)
+	from, moved := q.advance(now)
+	return retry(ctx, s, func() (domain.Task, error) {
+		var data []byte
+		var tx *txn
+		var err error
+		if moved {
+			// One row whether or not a task is claimable: the count of
+			// the tasks come due since from, and the first claimable one.
+			var due int
+			tx, err = s.lock(ctx, `SELECT d.n, c.record FROM (SELECT count(*) AS n FROM tasks WHERE `+dueBetween+`) d
+				LEFT JOIN LATERAL (`+first+`) c ON true`, []any{ref.Host, ref.Queue, now, from}, &due, &data)
+			if err == nil {
+				q.addDue(due)
+				moved = false // counted: a retry must not count again
+				if data == nil {
+					tx.rollback()
+					return domain.Task{}, domain.ErrNotFound
+				}
+			}
+		} else {
+			tx, err = s.lock(ctx, first, []any{ref.Host, ref.Queue, now}, &data)
+		}
+		if errors.Is(err, pgx.ErrNoRows) {
+			return domain.Task{}, domain.ErrNotFound
+		}
+		if err != nil {
+			return domain.Task{}, fail("claim", err)
+		}
+		return s.change(ctx, tx, data, fn, then)
+	})
 }
 
 // errGone: the candidate is no longer claimable, or another transaction
@@ -257,20 +368,17 @@ var errGone = errors.New("candidate gone")
 
 // claimOne claims task k if it is still claimable and nobody holds it.
 func (s *Store) claimOne(ctx context.Context, k domain.Key, now int64, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return domain.Task{}, fail("claim", err)
-	}
-	defer rollback(tx)
-	var data []byte
-	err = tx.QueryRow(ctx, `SELECT record FROM tasks WHERE `+claimable+` AND id = $4 FOR UPDATE SKIP LOCKED`, k.Host, k.Queue, now, k.ID).Scan(&data)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return domain.Task{}, errGone
-	}
-	if err != nil {
-		return domain.Task{}, fail("claim", err)
-	}
-	return s.change(ctx, tx, data, fn, then)
+	return retry(ctx, s, func() (domain.Task, error) {
+		var data []byte
+		tx, err := s.lock(ctx, `SELECT record FROM tasks WHERE `+claimable+` AND id = $4 FOR UPDATE SKIP LOCKED`, []any{k.Host, k.Queue, now, k.ID}, &data)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return domain.Task{}, errGone
+		}
+		if err != nil {
+			return domain.Task{}, fail("claim", err)
+		}
+		return s.change(ctx, tx, data, fn, then)
+	})
 }
 
 // A candidate is a claimable task a claim with a query reads. inSQL: its
@@ -344,30 +452,29 @@ func (s *Store) records(ctx context.Context, op, query string, args ...any) ([]d
 
 // Delete removes a task if check approves of its current record.
 func (s *Store) Delete(ctx context.Context, k domain.Key, check func(domain.Task) error, then ports.Then) error {
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		return fail("delete task "+k.ID, err)
-	}
-	defer rollback(tx)
-	var data []byte
-	err = tx.QueryRow(ctx, `SELECT record FROM tasks WHERE host = $1 AND queue = $2 AND id = $3 FOR UPDATE`, k.Host, k.Queue, k.ID).Scan(&data)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return domain.ErrNotFound
-	}
-	if err != nil {
-		return fail("delete task "+k.ID, err)
-	}
-	cur, err := decode(data)
-	if err != nil {
-		return err
-	}
-	if check != nil {
-		if err := check(cur.Clone()); err != nil {
-			return err
+	_, err := retry(ctx, s, func() (struct{}, error) {
+		var data []byte
+		tx, err := s.lock(ctx, selectForUpdate, []any{k.Host, k.Queue, k.ID}, &data)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return struct{}{}, domain.ErrNotFound
 		}
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM tasks WHERE host = $1 AND queue = $2 AND id = $3`, k.Host, k.Queue, k.ID); err != nil {
-		return fail("delete task "+k.ID, err)
-	}
-	return s.commit(ctx, tx, cur, func() error { return then.Call(cur) })
+		if err != nil {
+			return struct{}{}, fail("delete task "+k.ID, err)
+		}
+		cur, err := decode(data)
+		if err != nil {
+			tx.rollback()
+			return struct{}{}, err
+		}
+		if check != nil {
+			if err := check(cur.Clone()); err != nil {
+				tx.rollback()
+				return struct{}{}, err
+			}
+		}
+		b := &pgx.Batch{}
+		b.Queue(`DELETE FROM tasks WHERE host = $1 AND queue = $2 AND id = $3`, k.Host, k.Queue, k.ID)
+		return struct{}{}, s.commit(ctx, tx, b, cur, func() error { return then.Call(cur) })
+	})
+	return err
 }

@@ -31,9 +31,13 @@ the clients and by the event log); any failure exits 1.
 With --url it measures an existing server instead (throughput and hand-off
 only; --logs DIR adds the event-log check). With --peers it runs the same
 throughput workload, round by round, against Taskhoster (sync always and
-none), beanstalkd (-f 0 and without binlog), fsfloor and, with --river and
---database-url, River on PostgreSQL (bench/river, built on its own), and
-prints the ratios.`
+none), beanstalkd (-f 0 and without binlog), fsfloor and, with
+--database-url, this binary as "serve --store postgres" (one server, then
+two sharing the database) and, with --river, River (bench/river, built on
+its own) on that database, and prints the ratios. --database-dir (the
+cluster's data folder) adds the database's CPU per task. --contenders
+picks some of them (say, postgres,river).
+`
 
 func benchCmd(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("bench", benchSynopsis, stderr)
@@ -70,7 +74,9 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		beanstalkd = fs.String("beanstalkd", "", "with --peers: the beanstalkd binary (empty: skip it)")
 		fsfloor    = fs.String("fsfloor", "", "with --peers: the fsfloor binary (empty: skip it)")
 		river      = fs.String("river", "", "with --peers: the River peer's binary (bench/river; empty: skip it)")
-		dbURL      = fs.String("database-url", "", "with --river: the PostgreSQL database River runs on (its tables are emptied)")
+		dbURL      = fs.String("database-url", "", "with --peers: a PostgreSQL database for Taskhoster's --store postgres runs and River's (their tables are emptied before each run)")
+		dbDir      = fs.String("database-dir", "", "with --database-url: the cluster's data folder (its postmaster.pid), to measure the database's CPU")
+		contenders = fs.String("contenders", strings.Join(bench.PeerContenders, ","), "with --peers: which of them to run")
 		floorModes = fs.String("floor-modes", strings.Join(d.FloorModes, ","), "with --peers: fsfloor modes")
 	)
 	if err := parse(fs, args); err != nil {
@@ -93,7 +99,8 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	c.Handoffs, c.Claims, c.DepthSync, c.Memory, c.Timeout = *handoffs, *claims, *depthSync, *memory, *timeout
 	c.Batch = *batchSize
 	c.Peers, c.Beanstalkd, c.Fsfloor, c.Features = *peers, *beanstalkd, *fsfloor, *features
-	c.River, c.DatabaseURL = *river, *dbURL
+	c.River, c.DatabaseURL, c.DatabaseDir = *river, *dbURL, *dbDir
+	c.Contenders = benchList(*contenders)
 	c.Syncs, c.Transports, c.Sections, c.FloorModes = benchList(*modes), benchList(*transports), benchList(*sections), benchList(*floorModes)
 	var err error
 	if c.Loads, err = benchPairs(*p, *w); err != nil {

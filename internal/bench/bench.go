@@ -77,7 +77,14 @@ type Config struct {
 	// "" skips it), run against the PostgreSQL database at DatabaseURL.
 	River       string
 	DatabaseURL string
-	FloorModes  []string
+	// DatabaseDir is the data folder of DatabaseURL's cluster, when it
+	// runs on this machine: its postmaster.pid names the processes whose
+	// CPU the report counts per task ("" leaves that out).
+	DatabaseDir string
+	// Contenders limits the peer comparison to these of PeerContenders
+	// (empty: all that are given).
+	Contenders []string
+	FloorModes []string
 
 	// Progress receives a line per finished run (nil: discarded).
 	Progress io.Writer
@@ -112,6 +119,17 @@ func (c Config) section(s string) bool {
 	return len(c.Sections) == 0 || slices.Contains(c.Sections, s)
 }
 
+// PeerContenders are the groups of the peer comparison: Taskhoster on the
+// file store (--sync always and none), beanstalkd, fsfloor, Taskhoster on
+// PostgreSQL (one server and two; needs DatabaseURL) and River (needs
+// River and DatabaseURL).
+var PeerContenders = []string{"files", "beanstalkd", "fsfloor", "postgres", "river"}
+
+// contends says whether the peer comparison runs group (of PeerContenders).
+func (c Config) contends(group string) bool {
+	return len(c.Contenders) == 0 || slices.Contains(c.Contenders, group)
+}
+
 func (c Config) own() bool { return c.Existing.URL == "" }
 
 func (c Config) progress(format string, args ...any) {
@@ -135,6 +153,11 @@ func (c Config) Validate() error {
 		return errors.New("the peer comparison starts its own servers: no --url")
 	case c.River != "" && c.DatabaseURL == "":
 		return errors.New("--river needs --database-url")
+	}
+	for _, name := range c.Contenders {
+		if !slices.Contains(PeerContenders, name) {
+			return fmt.Errorf("contender %q: want one of %s", name, strings.Join(PeerContenders, ", "))
+		}
 	}
 	for _, l := range c.Loads {
 		if l.P < 1 || l.W < 1 {

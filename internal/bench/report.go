@@ -147,8 +147,13 @@ type PeerRow struct {
 	TPS map[string]Summary `json:"tps"`
 	// Lat is post → finished p50 (ms), for the servers.
 	Lat map[string]Summary `json:"lat_p50_ms"`
-	// CPU is the server process's CPU milliseconds per task.
+	// CPU is the server process's CPU milliseconds per task (the two
+	// servers' together for "taskhoster postgres 2 servers"; River's whole
+	// process, its producers too, for "river").
 	CPU map[string]Summary `json:"server_cpu_ms_per_task"`
+	// DBCPU is the PostgreSQL cluster's CPU milliseconds per task (its
+	// postmaster and every child), for the runs on the database.
+	DBCPU map[string]Summary `json:"db_cpu_ms_per_task,omitempty"`
 	// Ratios of completed tasks per second, each taken within a round and
 	// then summarised over the rounds.
 	Ratios []PeerRatio `json:"ratios"`
@@ -359,17 +364,20 @@ func (r *Report) Print(w io.Writer) error {
 	for _, pr := range r.Peers {
 		rows = nil
 		for _, name := range peerOrder(pr.TPS) {
-			lat, cpu := "-", "-"
+			lat, cpu, db := "-", "-", "-"
 			if l, ok := pr.Lat[name]; ok {
 				lat = l.String()
 			}
 			if c, ok := pr.CPU[name]; ok {
 				cpu = c.String()
 			}
-			rows = append(rows, []string{name, pr.TPS[name].String(), lat, cpu})
+			if d, ok := pr.DBCPU[name]; ok {
+				db = d.String()
+			}
+			rows = append(rows, []string{name, pr.TPS[name].String(), lat, cpu, db})
 		}
 		table(fmt.Sprintf("Peers, P = %d, W = %d, K = %d (%d in flight), N = %d: completed tasks/s", pr.P, pr.W, pr.K, pr.W*pr.K, pr.N),
-			"contender\tdone/s\tlat p50 ms\tserver CPU ms/task", rows)
+			"contender\tdone/s\tlat p50 ms\tserver CPU ms/task\tdatabase CPU ms/task", rows)
 		rows = nil
 		for _, ra := range pr.Ratios {
 			target := ""
@@ -408,7 +416,7 @@ func failed(n int) string {
 // the floors.
 func peerOrder(m map[string]Summary) []string {
 	var out []string
-	for _, name := range []string{"taskhoster always", "beanstalkd -f0", RiverName, "taskhoster none", "beanstalkd nobinlog"} {
+	for _, name := range []string{"taskhoster always", "beanstalkd -f0", PGOneName, PGTwoName, RiverName, "taskhoster none", "beanstalkd nobinlog"} {
 		if _, ok := m[name]; ok {
 			out = append(out, name)
 		}

@@ -21,6 +21,9 @@ type RiverRun struct {
 	SynchronousCommit string  `json:"synchronous_commit"`
 	FetchCooldownMs   float64 `json:"fetch_cooldown_ms"`
 	Server            string  `json:"server_version"`
+	// CPU is the peer process's CPU ms per job (River's client and the
+	// producers, measured by the bench from the exited process).
+	CPU float64 `json:"-"`
 }
 
 // riverArgs are the River peer's flags for ld against url: the bench's
@@ -52,6 +55,9 @@ func River(ctx context.Context, binary, url string, ld Load) (RiverRun, error) {
 	var r RiverRun
 	if err := json.Unmarshal(bytes.TrimSpace(out.Bytes()), &r); err != nil {
 		return RiverRun{}, fmt.Errorf("river peer printed %q: %w", out.String(), err)
+	}
+	if st := cmd.ProcessState; st != nil && r.N > 0 {
+		r.CPU = ms(st.UserTime()+st.SystemTime()) / float64(r.N)
 	}
 	if r.N != ld.N || r.TPS <= 0 {
 		return r, fmt.Errorf("river peer: %d jobs at %.0f/s, want %d", r.N, r.TPS, ld.N)

@@ -227,9 +227,11 @@ func room(dir string, n int) (bool, string) {
 }
 
 // runPeers runs, for each P = W, Runs rounds of: Taskhoster --sync always,
-// beanstalkd -f 0, Taskhoster --sync none, beanstalkd without binlog, and
-// fsfloor in each floor mode, and River on PostgreSQL when given, all with
-// the same N and concurrency; then the ratios, each taken within a round.
+// beanstalkd -f 0, Taskhoster --sync none, beanstalkd without binlog,
+// fsfloor in each floor mode, and with a database Taskhoster on PostgreSQL
+// (one server, then two) and River, all with the same N and concurrency
+// (Config.Contenders may leave some out); then the ratios, each taken
+// within a round.
 func runPeers(ctx context.Context, c Config, rep *Report) []PeerRow {
 	var rows []PeerRow
 	for _, p := range c.Loads {
@@ -237,9 +239,10 @@ func runPeers(ctx context.Context, c Config, rep *Report) []PeerRow {
 		tps := map[string][]float64{}
 		lat := map[string][]float64{}
 		cpu := map[string][]float64{}
+		dbCPU := map[string][]float64{}
 		// perRound[name][round] is 0 when that run failed.
 		perRound := map[string][]float64{}
-		record := func(name string, round int, v, l, c float64) {
+		record := func(name string, round int, v, l, c, db float64) {
 			for len(perRound[name]) < round {
 				perRound[name] = append(perRound[name], 0)
 			}
@@ -252,20 +255,29 @@ func runPeers(ctx context.Context, c Config, rep *Report) []PeerRow {
 				if c > 0 {
 					cpu[name] = append(cpu[name], c)
 				}
+				if db > 0 {
+					dbCPU[name] = append(dbCPU[name], db)
+				}
 			}
 		}
 		for round := 1; round <= c.Runs && ctx.Err() == nil; round++ {
 			prefix := fmt.Sprintf("peers %s K=%d N=%d round %d", p, c.K, c.N, round)
+			failed := func(name string, err error) {
+				rep.fail(prefix+" "+name, err)
+				c.progress("%s %s: FAILED: %v", prefix, name, err)
+				record(name, round, 0, 0, 0, 0)
+			}
 			th := func(sync string) {
+				if !c.contends("files") {
+					return
+				}
 				name := "taskhoster " + sync
 				r, err := throughputOnce(ctx, c, Socket, sync, ld)
 				if err != nil {
-					rep.fail(prefix+" "+name, err)
-					c.progress("%s %s: FAILED: %v", prefix, name, err)
-					record(name, round, 0, 0, 0)
+					failed(name, err)
 					return
 				}
-				record(name, round, r.TPS, r.LatP50, r.ServerCPU)
+				record(name, round, r.TPS, r.LatP50, r.ServerCPU, 0)
 				c.progress("%s %s: %.0f done/s, server CPU %.2f ms/task; every task finished once", prefix, name, r.TPS, r.ServerCPU)
 			}
 			bs := func(binlog bool) {
@@ -273,52 +285,75 @@ func runPeers(ctx context.Context, c Config, rep *Report) []PeerRow {
 				if binlog {
 					name = "beanstalkd -f0"
 				}
-				if c.Beanstalkd == "" {
+				if c.Beanstalkd == "" || !c.contends("beanstalkd") {
 					return
 				}
 				r, err := beanstalkOnce(ctx, c, binlog, ld)
 				if err != nil {
-					rep.fail(prefix+" "+name, err)
-					c.progress("%s %s: FAILED: %v", prefix, name, err)
-					record(name, round, 0, 0, 0)
+					failed(name, err)
 					return
 				}
-				record(name, round, r.TPS, r.LatP50, r.ServerCPU)
+				record(name, round, r.TPS, r.LatP50, r.ServerCPU, 0)
 				c.progress("%s %s: %.0f done/s, server CPU %.2f ms/task; every job deleted once", prefix, name, r.TPS, r.ServerCPU)
+			}
+			pg := func(servers int) {
+				if c.DatabaseURL == "" || !c.contends("postgres") {
+					return
+				}
+				name := pgName(servers)
+				r, db, err := pgThroughputOnce(ctx, c, servers, ld)
+				if err != nil {
+					failed(name, err)
+					return
+				}
+				record(name, round, r.TPS, r.LatP50, r.ServerCPU, db)
+				c.progress("%s %s: %.0f done/s, server CPU %.2f ms/task, database CPU %.2f ms/task; every task finished once, one result line each",
+					prefix, name, r.TPS, r.ServerCPU, db)
+			}
+			river := func() {
+				if c.River == "" || !c.contends("river") {
+					return
+				}
+				dbm := startClusterCPU(c.DatabaseDir)
+				rr, err := River(ctx, c.River, c.DatabaseURL, ld)
+				db := dbm.perTask(ld.N)
+				if err != nil {
+					failed(RiverName, err)
+					return
+				}
+				record(RiverName, round, rr.TPS, 0, rr.CPU, db)
+				c.progress("%s %s: %.0f done/s, its process's CPU %.2f ms/task, database CPU %.2f ms/task (synchronous_commit %s, PostgreSQL %s); every job worked once and completed",
+					prefix, RiverName, rr.TPS, rr.CPU, db, rr.SynchronousCommit, rr.Server)
 			}
 			th("always")
 			bs(true)
+			pg(1)
 			th("none")
 			bs(false)
-			if c.Fsfloor != "" {
+			if c.Fsfloor != "" && c.contends("fsfloor") {
 				for _, mode := range c.FloorModes {
 					name := "fsfloor " + mode
 					fr, err := Fsfloor(ctx, c.Fsfloor, c.Dir, mode, p.W*c.K, c.N)
 					if err != nil {
-						rep.fail(prefix+" "+name, err)
-						c.progress("%s %s: FAILED: %v", prefix, name, err)
-						record(name, round, 0, 0, 0)
+						failed(name, err)
 						continue
 					}
-					record(name, round, fr.TPS, 0, 0)
+					record(name, round, fr.TPS, 0, 0, 0)
 					c.progress("%s %s (-c %d): %.0f cycles/s", prefix, name, p.W*c.K, fr.TPS)
 				}
 			}
-			if c.River != "" {
-				rr, err := River(ctx, c.River, c.DatabaseURL, ld)
-				if err != nil {
-					rep.fail(prefix+" "+RiverName, err)
-					c.progress("%s %s: FAILED: %v", prefix, RiverName, err)
-					record(RiverName, round, 0, 0, 0)
-				} else {
-					record(RiverName, round, rr.TPS, 0, 0)
-					c.progress("%s %s: %.0f done/s (synchronous_commit %s, PostgreSQL %s); every job worked once and completed", prefix, RiverName, rr.TPS, rr.SynchronousCommit, rr.Server)
-				}
-			}
+			river()
+			pg(2)
 		}
 		row := PeerRow{P: p.P, W: p.W, K: c.K, N: c.N, TPS: map[string]Summary{}, Lat: map[string]Summary{}, CPU: map[string]Summary{}}
 		for name, v := range cpu {
 			row.CPU[name] = Summarize(v)
+		}
+		for name, v := range dbCPU {
+			if row.DBCPU == nil {
+				row.DBCPU = map[string]Summary{}
+			}
+			row.DBCPU[name] = Summarize(v)
 		}
 		for name, v := range tps {
 			row.TPS[name] = Summarize(v)
@@ -361,16 +396,24 @@ func runPeers(ctx context.Context, c Config, rep *Report) []PeerRow {
 		ratio("taskhoster none ÷ fsfloor none", "taskhoster none", of("fsfloor none"), 0.8)
 		ratio("beanstalkd -f0 ÷ best durable fsfloor", "beanstalkd -f0", bestDurable, 0)
 		ratio("taskhoster always (files) ÷ river", "taskhoster always", of(RiverName), 0)
+		ratio(PGOneName+" ÷ river", PGOneName, of(RiverName), 1.0)
+		ratio(PGTwoName+" ÷ 1 server", PGTwoName, of(PGOneName), 0)
+		ratio(PGOneName+" ÷ taskhoster always (files)", PGOneName, of("taskhoster always"), 0)
 		rows = append(rows, row)
 	}
-	if c.Beanstalkd == "" {
+	if c.Beanstalkd == "" && c.contends("beanstalkd") {
 		rep.Notes = append(rep.Notes, "beanstalkd not given: its runs were skipped")
 	}
-	if c.Fsfloor == "" {
+	if c.Fsfloor == "" && c.contends("fsfloor") {
 		rep.Notes = append(rep.Notes, "fsfloor not given: its runs were skipped")
 	}
-	if c.River == "" {
-		rep.Notes = append(rep.Notes, "river not given (--river, --database-url): its runs were skipped")
+	if c.DatabaseURL == "" && c.contends("postgres") {
+		rep.Notes = append(rep.Notes, "no --database-url: the runs on PostgreSQL (Taskhoster's and River's) were skipped")
+	} else if c.River == "" && c.contends("river") {
+		rep.Notes = append(rep.Notes, "river not given (--river): its runs were skipped")
+	}
+	if c.DatabaseURL != "" && c.DatabaseDir == "" {
+		rep.Notes = append(rep.Notes, "no --database-dir: the database's CPU per task is not measured")
 	}
 	return rows
 }

@@ -108,15 +108,17 @@ type Server struct {
 
 // StartServer runs `binary serve` on f with the given sync mode, on
 // loopback ports the kernel picks, and waits until it listens (at most
-// timeout). Its log goes to f.Root/server.log.
-func StartServer(binary string, f Folders, sync string, timeout time.Duration) (*Server, error) {
-	logf, err := os.Create(filepath.Join(f.Root, "server.log"))
+// timeout). extra are more flags of serve (say, --store postgres). Its
+// log goes to f.Root/server-*.log, so several servers may share f.
+func StartServer(binary string, f Folders, sync string, timeout time.Duration, extra ...string) (*Server, error) {
+	logf, err := os.CreateTemp(f.Root, "server-*.log")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(binary, "serve",
+	args := []string{"serve",
 		"--hosts", f.Hosts, "--items", f.Items, "--logs", f.Logs,
-		"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--sync", sync)
+		"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--sync", sync}
+	cmd := exec.Command(binary, append(args, extra...)...)
 	// A stray TASKHOSTER_* in the caller's shell (say, a --sweep) must not
 	// change what is measured.
 	for _, kv := range os.Environ() {

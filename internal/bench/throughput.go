@@ -113,12 +113,23 @@ func runLoad(ctx context.Context, ld Load, l *ledger, workers []func(context.Con
 // that every task was finished exactly once as far as the clients saw.
 // It returns the ids posted, for checking the server's event log.
 func Throughput(ctx context.Context, t Target, transport string, ld Load) (LoadRun, []string, error) {
-	a := newAPI(t, ld.P+ld.W*ld.K)
-	defer a.close()
+	return ThroughputOn(ctx, []Target{t}, transport, ld)
+}
+
+// ThroughputOn is Throughput against several servers of one queue (on one
+// database): worker w talks to ts[w % len(ts)], and the producers post
+// task seq to ts[seq % len(ts)].
+func ThroughputOn(ctx context.Context, ts []Target, transport string, ld Load) (LoadRun, []string, error) {
+	apis := make([]*api, len(ts))
+	for i, t := range ts {
+		apis[i] = newAPI(t, ld.P+ld.W*ld.K)
+		defer apis[i].close()
+	}
 	l := newLedger(ld.N)
 	var workers []func(context.Context)
 	for w := range ld.W {
 		name := fmt.Sprintf("w%d", w)
+		a := apis[w%len(apis)]
 		switch transport {
 		case Socket:
 			workers = append(workers, func(ctx context.Context) { socketWorker(ctx, a, name, ld.K, l) })
@@ -131,7 +142,9 @@ func Throughput(ctx context.Context, t Target, transport string, ld Load) (LoadR
 			return LoadRun{}, nil, fmt.Errorf("unknown transport %q", transport)
 		}
 	}
-	post := func(ctx context.Context, _ int, body []byte) (string, error) { return a.post(ctx, body) }
+	post := func(ctx context.Context, seq int, body []byte) (string, error) {
+		return apis[seq%len(apis)].post(ctx, body)
+	}
 	r, err := runLoad(ctx, ld, l, workers, post)
 	return r, l.ids, err
 }

@@ -312,13 +312,23 @@ var EventLogModule = fx.Module("eventlog",
 // The hub is also provided on its own: it knows the claims waiting here.
 var NotifyModule = fx.Module("notify",
 	fx.Provide(func(repo ports.TaskRepository) *notify.Hub {
-		return notify.NewHub(notify.WithPending(func(q domain.QueueRef) bool { return repo.Counts(q).Pending > 0 }))
+		pending := func(q domain.QueueRef) bool { return repo.Counts(q).Pending > 0 }
+		// A database store answers this with one probe instead of a count.
+		if p, ok := repo.(interface{ HasPending(domain.QueueRef) bool }); ok {
+			pending = p.HasPending
+		}
+		return notify.NewHub(notify.WithPending(pending))
 	}),
 	fx.Provide(func(lc fx.Lifecycle, cfg Config, hub *notify.Hub, repo ports.TaskRepository, logger *zap.Logger) ports.Notifier {
 		if cfg.Store != "postgres" {
 			return hub
 		}
 		n := pgnotify.New(hub, cfg.DatabaseURL, repo, logger.Named("pgnotify"))
+		// A read of a change another server made waits until it has been
+		// announced here, so a watch does not see it twice.
+		if r, ok := repo.(interface{ OnRead(postgres.ReadHook) }); ok {
+			r.OnRead(n.Readable)
+		}
 		lc.Append(fx.StartStopHook(n.Start, n.Stop))
 		return n
 	}),
