@@ -175,9 +175,13 @@ func ThroughputOn(ctx context.Context, ts []Target, transport string, ld Load) (
 	return r, l.ids, err
 }
 
-// socketWorker keeps k claims open on one socket: each task it is handed
-// is answered at once with a result, and when that is acknowledged the
-// worker claims again. It returns when the run stops.
+// socketWorker keeps k claims open on one socket and up to k results in
+// flight: each task it is handed is answered with a result at once, and
+// the next claim goes out right behind the result, so that claiming the
+// next task overlaps the result's flush (as client.Worker does). A task
+// that arrives while k results still wait for their acks is held until an
+// ack frees a place, and is not claimed behind: the worker never holds
+// more than 2k tasks. It returns when the run stops.
 func socketWorker(ctx context.Context, a *api, name string, k int, l *ledger) {
 	c, err := a.dial(ctx, name)
 	if err != nil {
@@ -203,9 +207,12 @@ func socketWorker(ctx context.Context, a *api, name string, k int, l *ledger) {
 		}
 		return true
 	}
-	for range k {
+	claim := func() bool {
 		ref++
-		if !send(socketClaim(ref, nil)) {
+		return send(socketClaim(ref, nil))
+	}
+	for range k {
+		if !claim() {
 			return
 		}
 	}
@@ -214,6 +221,13 @@ func socketWorker(ctx context.Context, a *api, name string, k int, l *ledger) {
 		id  string
 	}
 	inFlight := map[int64]held{} // result ref → its task
+	var waiting []held           // handed, its result not yet sent
+	// handIn sends a result and claims the next task behind it.
+	handIn := func(h held) bool {
+		ref++
+		inFlight[ref] = h
+		return send(socketResult(ref, h.id)) && claim()
+	}
 	for {
 		m, err := readMsg(c)
 		if err != nil {
@@ -228,9 +242,12 @@ func socketWorker(ctx context.Context, a *api, name string, k int, l *ledger) {
 			if !ok {
 				return
 			}
-			ref++
-			inFlight[ref] = held{seq, m.ID}
-			if !send(socketResult(ref, m.ID)) {
+			h := held{seq, m.ID}
+			if len(inFlight) >= k {
+				waiting = append(waiting, h)
+				continue
+			}
+			if !handIn(h) {
 				return
 			}
 		case "ack":
@@ -245,9 +262,12 @@ func socketWorker(ctx context.Context, a *api, name string, k int, l *ledger) {
 				return
 			}
 			l.accept(h.seq, h.id)
-			ref++
-			if !send(socketClaim(ref, nil)) {
-				return
+			if len(waiting) > 0 {
+				next := waiting[0]
+				waiting = waiting[1:]
+				if !handIn(next) {
+					return
+				}
 			}
 		default:
 			l.fail(fmt.Errorf("worker %s: unexpected message %q", name, m.Type))
