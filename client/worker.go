@@ -41,7 +41,8 @@ type Handler func(ctx context.Context, t *Task) (result any, err error)
 
 // Worker works one queue over the worker socket (SPEC §4): it keeps
 // Concurrency claims open, runs Handler for each task it is handed, hands
-// in the result, and claims again. When the socket drops it reconnects with
+// in the result, and claims again without waiting for the server's answer
+// to the hand-in. When the socket drops it reconnects with
 // capped, jittered exponential backoff; the server re-queues the tasks that
 // were leased on the dropped socket at once, and results of handlers still
 // running are handed in over the next socket (a result counts whenever the
@@ -60,7 +61,9 @@ type Worker struct {
 	// to this worker.
 	Query any
 	// Concurrency is how many tasks run at once: the number of claims kept
-	// open. 0 means 1; at most 256.
+	// open. 0 means 1; at most 256. Each may also have one result (or
+	// release, or failure) handed in and waiting for the server's ack: the
+	// next claim does not wait for it.
 	Concurrency int
 	// Limit, if positive, is how many tasks the worker handles before Run
 	// returns; it never claims more than that.
@@ -228,14 +231,22 @@ type run struct {
 	fail     func(error)
 }
 
-// slot is one unit of concurrency: claim, handle, hand in, again.
+// slot is one unit of concurrency: claim, handle, hand in, again. The
+// next claim goes out while the hand-in waits for its ack (the server
+// answers a result once it is on the disc), so that claiming overlaps the
+// flush; a slot has at most one hand-in waiting, and waits for it before
+// it hands in the next or returns.
 func (r *run) slot() {
+	var handing sync.WaitGroup
+	defer handing.Wait()
 	for r.take() {
 		t, ok := r.claim()
 		if !ok {
 			return
 		}
-		r.handle(t)
+		finish := r.handle(t)
+		handing.Wait()
+		handing.Go(finish)
 	}
 }
 
@@ -272,14 +283,17 @@ func (r *run) claim() (*Task, bool) {
 	}
 }
 
-// handle runs the handler, with heartbeats, and hands in what it returned;
-// for a task the server cancelled meanwhile, nothing.
-func (r *run) handle(t *Task) {
-	if t.release != nil {
-		defer t.release()
+// handle runs the handler, with heartbeats, and returns what is left to
+// do: hand in what the handler returned (for a task the server cancelled
+// meanwhile, nothing) and report the outcome.
+func (r *run) handle(t *Task) (finish func()) {
+	release := func() {
+		if t.release != nil {
+			t.release()
+		}
 	}
 	if r.ctx.Err() != nil {
-		return // stopped hard as the task arrived: the server re-queues it
+		return release // stopped hard as the task arrived: the server re-queues it
 	}
 	ctx, cancel := context.WithCancelCause(r.ctx)
 	defer cancel(nil)
@@ -297,19 +311,23 @@ func (r *run) handle(t *Task) {
 	result, err := r.w.Handler(ctx, t)
 	stop()
 	o := Outcome{Task: t, Took: time.Since(started)}
-	if errors.Is(context.Cause(ctx), ErrCancelled) {
-		o.Err, o.Ack = ErrCancelled, Ack{Status: "failed"}
+	cancelled := errors.Is(context.Cause(ctx), ErrCancelled)
+	return func() {
+		defer release()
+		if cancelled {
+			o.Err, o.Ack = ErrCancelled, Ack{Status: "failed"}
+			r.done(o)
+			return
+		}
+		m, err := handIn(t.ID, result, err)
+		if err != nil {
+			o.Err = err
+		} else {
+			o.Sent = m.Type
+			o.Ack, o.Err = r.send(m)
+		}
 		r.done(o)
-		return
 	}
-	m, err := handIn(t.ID, result, err)
-	if err != nil {
-		o.Err = err
-	} else {
-		o.Sent = m.Type
-		o.Ack, o.Err = r.send(m)
-	}
-	r.done(o)
 }
 
 // handIn is the message that hands in what a handler returned, or the
