@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/taskhoster/taskhoster/adapters/clock"
+	"github.com/taskhoster/taskhoster/adapters/notify"
 	"github.com/taskhoster/taskhoster/adapters/schema"
 	"github.com/taskhoster/taskhoster/app"
 	"github.com/taskhoster/taskhoster/domain"
@@ -168,3 +170,34 @@ func TestAFailureReasonIsCheckedAgainstItsSchema(t *testing.T) {
 }
 
 func schemaOf(text string) (domain.Schema, error) { return schema.Compile(json.RawMessage(text)) }
+
+// tickingClock moves on a millisecond at every reading, as a busy machine's
+// clock does between two reads.
+type tickingClock struct{ *clock.Fake }
+
+func (c tickingClock) Now() time.Time { return c.Fake.Advance(time.Millisecond) }
+
+// A delay counts from the post's own time: notBefore is postedAt plus the
+// delay exactly, however the clock moves while the post is made (the
+// TypeScript client's tests once saw 29 999 ms for a delay of 30 s).
+func TestADelayCountsFromPostedAt(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	svc := app.New(app.Deps{
+		Repo: f.repo, Syncer: f.sync, Log: f.log, Notifier: notify.NewHub(),
+		Clock: tickingClock{f.clock}, Compiler: schema.Compiler{},
+	})
+	delay := 30.0
+	one, err := svc.Post(context.Background(), f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{DelaySeconds: &delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := svc.PostBatch(context.Background(), f.q, "alice", [][]byte{[]byte(`{"url":"b"}`), []byte(`{"url":"c"}`)}, app.PostOptions{DelaySeconds: &delay})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range append(batch, one) {
+		if task.NotBefore == nil || *task.NotBefore-task.PostedAt != 30_000 {
+			t.Errorf("task %s: notBefore %v, postedAt %d: want postedAt + 30 000 ms", task.ID, task.NotBefore, task.PostedAt)
+		}
+	}
+}

@@ -28,12 +28,15 @@ func (s *Service) Post(ctx context.Context, q *domain.Queue, user string, item [
 	if err != nil {
 		return domain.Task{}, err
 	}
-	posting, err := opts.resolve(s.clock.Now())
+	// One clock reading for the delay and postedAt, so that delay=S gives
+	// notBefore = postedAt + S exactly.
+	now := s.clock.Now()
+	posting, err := opts.resolve(now)
 	if err != nil {
 		return domain.Task{}, err
 	}
 	for {
-		t, err := s.create(ctx, q, user, item, posting, "")
+		t, err := s.create(ctx, q, user, item, posting, "", now)
 		if !errors.Is(err, domain.ErrKeyTaken) {
 			if err != nil {
 				return domain.Task{}, err
@@ -74,7 +77,8 @@ func (s *Service) PostBatch(ctx context.Context, q *domain.Queue, user string, i
 	if opts.Key != "" {
 		return nil, invalidRequest("a batch takes no Idempotency-Key")
 	}
-	posting, err := opts.resolve(s.clock.Now())
+	now := s.clock.Now()
+	posting, err := opts.resolve(now)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +114,7 @@ func (s *Service) PostBatch(ctx context.Context, q *domain.Queue, user string, i
 	slices.Sort(ids)
 	tasks := make([]domain.Task, 0, len(docs))
 	for i, doc := range docs {
-		t, err := s.create(ctx, q, user, doc, posting, ids[i])
+		t, err := s.create(ctx, q, user, doc, posting, ids[i], now)
 		if err != nil {
 			// Take back what this batch stored: all or nothing.
 			for _, done := range tasks {
@@ -131,7 +135,7 @@ const MaxBatch = 1000
 
 // create stores one new task of item (already checked) and logs its post.
 // It does not flush. id is the task's id, or "" to draw one.
-func (s *Service) create(ctx context.Context, q *domain.Queue, user string, item json.RawMessage, posting domain.PostOptions, id string) (domain.Task, error) {
+func (s *Service) create(ctx context.Context, q *domain.Queue, user string, item json.RawMessage, posting domain.PostOptions, id string, now time.Time) (domain.Task, error) {
 	var t domain.Task
 	var ev domain.Event
 	stored := false
@@ -143,7 +147,7 @@ func (s *Service) create(ctx context.Context, q *domain.Queue, user string, item
 				return domain.Task{}, err
 			}
 		}
-		t, ev = domain.Post(id, q.Host, q.Name, item, user, s.clock.Now(), posting)
+		t, ev = domain.Post(id, q.Host, q.Name, item, user, now, posting)
 		err := s.repo.Create(sctx, t, func(t domain.Task) error {
 			stored = true
 			return record(t)
