@@ -102,6 +102,8 @@ type Store struct {
 	group group // changes waiting for a batch (group.go)
 
 	onRead ReadHook // nil: none (tasks.go, Get)
+
+	onRelease func(domain.QueueRef, int) // nil: none (group.go, release)
 }
 
 // Open connects to the database at url (a postgres:// URL or a key=value

@@ -329,6 +329,11 @@ var NotifyModule = fx.Module("notify",
 		if r, ok := repo.(interface{ OnRead(postgres.ReadHook) }); ok {
 			r.OnRead(n.Readable)
 		}
+		// A pending task a transaction held and let go wakes a claim here or
+		// on another server (postgres.Store.OnRelease).
+		if r, ok := repo.(interface{ OnRelease(func(domain.QueueRef, int)) }); ok {
+			r.OnRelease(n.Wake)
+		}
 		lc.Append(fx.StartStopHook(n.Start, n.Stop))
 		return n
 	}),
