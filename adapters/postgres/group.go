@@ -308,6 +308,22 @@ func (s *Store) batch(ops []*op) {
 	if len(updates) == 0 && len(queues) == 0 {
 		w.Queue("BEGIN") // posts only: no lock to take first
 	}
+	// The claims' rows, pending until COMMIT, are held (see HasPending)
+	// until just before COMMIT is sent, or the batch ends without it.
+	for ref, rows := range claimed {
+		s.queue(ref).hold(len(rows))
+	}
+	unheld := false
+	unhold := func() {
+		if !unheld {
+			unheld = true
+			for ref, rows := range claimed {
+				s.queue(ref).unhold(len(rows))
+			}
+		}
+	}
+	defer unhold() // before the deferred rollback lets the rows go
+
 	given := map[*op]domain.Task{}
 	for ref, rows := range claimed {
 		let := assign(claims[ref], rows, given)
@@ -389,6 +405,7 @@ func (s *Store) batch(ops []*op) {
 	}
 
 	// The second round trip: the writes and COMMIT.
+	unhold()
 	if err := tx.commit(ctx, w); err != nil {
 		for _, o := range live {
 			if o.stored && o.heldPending {

@@ -108,6 +108,18 @@ var migrations = []string{
 	// every post.
 	`DROP TRIGGER tasks_item ON tasks;
 	DROP FUNCTION tasks_set_item();`,
+	// 6: fewer index entries per write. An event line is inserted without
+	// an offset and placed later: the index of offsets now holds placed
+	// lines only, and seq, unique by its sequence, keeps only the index of
+	// the lines to place, so an insert writes one index entry, not three.
+	// A task's row gets a new version at every change; pending versions no
+	// longer go into the index of processing and done tasks (List and Each
+	// of those name their stage).
+	`ALTER TABLE event_lines DROP CONSTRAINT event_lines_pkey;
+	DROP INDEX event_lines_off;
+	CREATE UNIQUE INDEX event_lines_off ON event_lines (day, off) WHERE off IS NOT NULL;
+	DROP INDEX tasks_posted;
+	CREATE INDEX tasks_posted ON tasks (host, queue, stage, posted_at, id) WHERE stage > 0;`,
 }
 
 // migrationLock is the advisory lock key that serialises migrations: any
