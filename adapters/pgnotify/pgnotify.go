@@ -524,6 +524,10 @@ func (n *Notifier) receive(ctx context.Context, payload []byte) {
 	n.recent.add(k, domain.EncodeTask(t))
 }
 
+// Others reports whether another server may listen on the database
+// (see Alone): once true, it stays true.
+func (n *Notifier) Others() bool { return n.others.Load() }
+
 // Sent is how many notifications this server has sent (tests).
 func (n *Notifier) Sent() int64 { return n.sent.Load() }
 

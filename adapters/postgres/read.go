@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
 )
@@ -119,8 +120,9 @@ func (s *Store) Counts(ref domain.QueueRef) ports.Counts {
 // go meanwhile were held (and so pending) across the snapshot, so a
 // pending row beyond them may be free. A row a claim held that then went
 // back to pending wakes a claim of its own (release); one another
-// server's claim holds counts as pending here (a wake handed on in vain
-// at worst). A database that cannot be reached has none.
+// server's claim holds would count as pending here (a wake handed on in
+// vain), unless SharedWith says other servers may be there: then a
+// row lock tells. A database that cannot be reached has none.
 func (s *Store) HasPending(ref domain.QueueRef) bool {
 	ctx, cancel := shortCtx()
 	defer cancel()
@@ -133,8 +135,32 @@ func (s *Store) HasPending(ref domain.QueueRef) bool {
 		return false
 	}
 	_, after := q.holding()
-	return n > held-(after-unheld)
+	if n <= held-(after-unheld) {
+		return false
+	}
+	if s.shared == nil || !s.shared() {
+		return true
+	}
+	// With other servers on the database, their claims may hold the rest:
+	// a row lock tells (FOR KEY SHARE, which every claim's FOR UPDATE
+	// conflicts with, SKIP LOCKED, rolled back at once: one round trip).
+	var free bool
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(`SELECT EXISTS (SELECT 1 FROM (SELECT 1 FROM tasks WHERE host = $1 AND queue = $2 AND status = 'pending'
+		LIMIT 1 FOR KEY SHARE SKIP LOCKED) t)`, ref.Host, ref.Queue).QueryRow(func(r pgx.Row) error { return r.Scan(&free) })
+	b.Queue("ROLLBACK")
+	if s.pool.SendBatch(ctx, b).Close() != nil {
+		return false
+	}
+	return free
 }
+
+// SharedWith tells the store whether other servers may share its
+// database (pgnotify.Notifier.Others): HasPending then asks the database
+// whether their claims hold the pending rows it counts. Call it before
+// serving.
+func (s *Store) SharedWith(others func() bool) { s.shared = others }
 
 // Each reads a page of eachFirst records first, then pages four times as
 // large up to eachPage: the sweep stops at the first pending task too
