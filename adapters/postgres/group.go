@@ -469,9 +469,9 @@ func assign(cs []*op, rows [][]byte, given map[*op]domain.Task) (left int) {
 
 // release has claims woken for n pending tasks of each queue that a
 // transaction held and let go unchanged (a claim refused or rolled back, a
-// change refused). While a transaction holds a task's row, HasPending
-// does not see it, so a wake handed on meanwhile stopped short: without
-// this the task could sit pending while claims wait.
+// change refused). HasPending leaves out the rows claims hold, so a wake
+// handed on while the row was held stopped short: without this the task
+// could sit pending while claims wait.
 func (s *Store) release(n map[domain.QueueRef]int) {
 	if s.onRelease == nil {
 		return

@@ -72,8 +72,8 @@ var migrations = []string{
 	);
 	CREATE INDEX payloads_modified ON payloads (modified);`,
 	// 4: the item as jsonb, for claim queries in SQL (query.go). Written
-	// by a trigger on INSERT only, as an item never changes after it is
-	// posted; NULL when jsonb cannot hold it (a \u0000, a lone surrogate)
+	// on INSERT only (by a trigger until migration 5, then by the INSERT
+	// itself), as an item never changes after it is posted; NULL when jsonb cannot hold it (a \u0000, a lone surrogate)
 	// or it is null (which a store reads back as no item at all), and such
 	// a task is always tested in Go. The GIN index answers
 	// containment (item @> '{"kind":"image"}'); tasks_item_other holds the

@@ -121,11 +121,15 @@ func (s *Store) Counts(ref domain.QueueRef) ports.Counts {
 // pending row beyond them may be free. A row a claim held that then went
 // back to pending wakes a claim of its own (release); one another
 // server's claim holds would count as pending here (a wake handed on in
-// vain), unless SharedWith says other servers may be there: then a
-// row lock tells. A database that cannot be reached has none.
+// vain), so when SharedWith says other servers may be there a row lock
+// tells instead (unlockedPending). A database that cannot be reached has
+// none.
 func (s *Store) HasPending(ref domain.QueueRef) bool {
 	ctx, cancel := shortCtx()
 	defer cancel()
+	if s.shared != nil && s.shared() {
+		return s.unlockedPending(ctx, ref)
+	}
 	q := s.queue(ref)
 	held, unheld := q.holding()
 	var n int64
@@ -135,15 +139,14 @@ func (s *Store) HasPending(ref domain.QueueRef) bool {
 		return false
 	}
 	_, after := q.holding()
-	if n <= held-(after-unheld) {
-		return false
-	}
-	if s.shared == nil || !s.shared() {
-		return true
-	}
-	// With other servers on the database, their claims may hold the rest:
-	// a row lock tells (FOR KEY SHARE, which every claim's FOR UPDATE
-	// conflicts with, SKIP LOCKED, rolled back at once: one round trip).
+	return n > held-(after-unheld)
+}
+
+// unlockedPending is HasPending with other servers on the database, whose
+// claims' rows this Store cannot count: a row lock tells (FOR KEY SHARE,
+// which every claim's FOR UPDATE conflicts with, SKIP LOCKED, rolled back
+// at once: one round trip, but an xid and a tuple lock).
+func (s *Store) unlockedPending(ctx context.Context, ref domain.QueueRef) bool {
 	var free bool
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
