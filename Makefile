@@ -5,7 +5,7 @@
 #   make fuzz FUZZTIME=2m     every Fuzz target, one after the other
 #   make faults FAULT_CYCLES=100  kill -9 the server that often under load, then
 #                             check no task was lost or finished twice
-#   make bench                measure this build (BENCHMARKS.md); bench-peers: vs beanstalkd
+#   make bench                measure this build (BENCHMARKS.md); bench-peers: vs beanstalkd, River
 #   make test-js, test-python the TypeScript and Python clients' tests against the binary (make test runs both)
 #   make release              bin/release/taskhoster: static, reproducible, version stamped
 #   make install              the binary and the systemd unit (PREFIX, DESTDIR)
@@ -90,8 +90,11 @@ bench: build
 	scripts/bench.sh $(BENCH_FLAGS)
 
 # The same throughput workload, round by round, against Taskhoster,
-# beanstalkd (apt-get installs it if missing) and fsfloor, on both discs,
-# with the ratios.
+# beanstalkd (apt-get installs it if missing), fsfloor and, when
+# PostgreSQL's binaries are installed, River on a throwaway cluster
+# (BENCH_RIVER=0 skips it), on both discs, at P = W = 32 with one claim in
+# flight per worker and with four, batch posts of 100 beside River's
+# InsertMany of 100, with the ratios.
 bench-peers: build
 	scripts/bench.sh --peers $(BENCH_FLAGS)
 

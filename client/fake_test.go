@@ -48,6 +48,25 @@ type fakeQueue struct {
 	// cancelOnClaim cancels each task right after handing it out, so the
 	// cancelled message follows the task on the socket.
 	cancelOnClaim bool
+	// holdAcks keeps the acks of results back (the results are stored)
+	// until releaseAcks, as a server waiting for a slow flush would.
+	holdAcks bool
+	held     []func()
+	// resultsBehindHeld counts results that came in on a socket while an
+	// ack of that socket was held back.
+	resultsBehindHeld int
+	heldOn            map[*fakeConn]int
+}
+
+// releaseAcks sends the acks held back and stops holding them.
+func (f *fakeQueue) releaseAcks() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.holdAcks = false
+	for _, send := range f.held {
+		send()
+	}
+	f.held, f.heldOn = nil, nil
 }
 
 // fakeMsg is every client message the fake understands.
@@ -267,7 +286,19 @@ func (f *fakeQueue) handle(c *fakeConn, m fakeMsg) {
 			f.removePending(id)
 			f.finished <- id
 		}
-		c.send(map[string]any{"type": "ack", "ref": ref, "accepted": !done})
+		ack := map[string]any{"type": "ack", "ref": ref, "accepted": !done}
+		if f.holdAcks {
+			if f.heldOn == nil {
+				f.heldOn = map[*fakeConn]int{}
+			}
+			if f.heldOn[c] > 0 {
+				f.resultsBehindHeld++
+			}
+			f.heldOn[c]++
+			f.held = append(f.held, func() { c.send(ack) })
+			return
+		}
+		c.send(ack)
 	default:
 		c.send(map[string]any{"type": "error", "ref": ref, "error": "invalid_message", "message": "unknown type " + m.Type})
 	}

@@ -207,8 +207,9 @@ func (s *session) ping() {
 // request sends m with a fresh ref and waits for the reply, the socket's
 // end, ctx's end or stop. A reply that has already arrived wins over the
 // others, so a task handed out as the worker stops is not silently lost
-// on the client side. An "error" reply becomes a *Error.
-func (s *session) request(ctx context.Context, m message, stop <-chan struct{}) (message, error) {
+// on the client side. An "error" reply becomes a *Error. written, if not
+// nil, is called once m is written (before the reply).
+func (s *session) request(ctx context.Context, m message, stop <-chan struct{}, written func()) (message, error) {
 	ch := make(chan message, 1)
 	s.mu.Lock()
 	s.nextRef++
@@ -220,6 +221,9 @@ func (s *session) request(ctx context.Context, m message, stop <-chan struct{}) 
 	if err := s.write(m); err != nil {
 		s.forget(ref)
 		return message{}, err
+	}
+	if written != nil {
+		written()
 	}
 	var err error
 	select {

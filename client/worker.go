@@ -41,7 +41,8 @@ type Handler func(ctx context.Context, t *Task) (result any, err error)
 
 // Worker works one queue over the worker socket (SPEC §4): it keeps
 // Concurrency claims open, runs Handler for each task it is handed, hands
-// in the result, and claims again. When the socket drops it reconnects with
+// in the result, and claims again without waiting for the server's answer
+// to the hand-in. When the socket drops it reconnects with
 // capped, jittered exponential backoff; the server re-queues the tasks that
 // were leased on the dropped socket at once, and results of handlers still
 // running are handed in over the next socket (a result counts whenever the
@@ -60,7 +61,9 @@ type Worker struct {
 	// to this worker.
 	Query any
 	// Concurrency is how many tasks run at once: the number of claims kept
-	// open. 0 means 1; at most 256.
+	// open. 0 means 1; at most 256. Each may also have one result (or
+	// release, or failure) handed in and waiting for the server's ack: the
+	// next claim does not wait for it.
 	Concurrency int
 	// Limit, if positive, is how many tasks the worker handles before Run
 	// returns; it never claims more than that.
@@ -228,15 +231,50 @@ type run struct {
 	fail     func(error)
 }
 
-// slot is one unit of concurrency: claim, handle, hand in, again.
+// slot is one unit of concurrency: claim, handle, hand in, again. The
+// next claim goes out while the hand-in waits for its ack (the server
+// answers a result once it is on the disc), so that claiming overlaps the
+// flush; a slot has at most one hand-in waiting, and waits for it before
+// it hands in the next or returns.
 func (r *run) slot() {
+	var last *handing
+	defer func() {
+		if last != nil {
+			<-last.done
+		}
+	}()
 	for r.take() {
-		t, ok := r.claim()
+		t, ok := r.claim(last)
 		if !ok {
 			return
 		}
-		r.handle(t)
+		finish := r.handle(t)
+		if last != nil {
+			<-last.done
+		}
+		h := &handing{written: make(chan struct{}), done: make(chan struct{})}
+		go func() {
+			defer close(h.done)
+			finish(func(s *session) {
+				h.once.Do(func() { h.on = s; close(h.written) })
+			})
+		}()
+		// The claim follows the hand-in on the socket, never overtakes it.
+		select {
+		case <-h.written:
+		case <-h.done:
+		}
+		last = h
 	}
+}
+
+// handing is a slot's last hand-in: the socket it was written on (nil if
+// none: it ended before) and when it ended (acked, or given up).
+type handing struct {
+	once    sync.Once
+	on      *session // set before written is closed
+	written chan struct{}
+	done    chan struct{}
 }
 
 // take reserves one task of the Limit, if there is one.
@@ -245,14 +283,25 @@ func (r *run) take() bool {
 }
 
 // claim keeps one claim open, across reconnections, until a task arrives;
-// false when the worker stops first.
-func (r *run) claim() (*Task, bool) {
+// false when the worker stops first. If the slot's last hand-in (after)
+// went out on another socket than this claim would, and may be sent again
+// on this one, the claim waits for its answer: else the server could hand
+// back a task the drop re-queued before its result arrives.
+func (r *run) claim(after *handing) (*Task, bool) {
 	for {
 		s := r.link.wait(r.ctx, r.w.drain)
 		if s == nil {
 			return nil, false
 		}
-		reply, err := s.request(r.ctx, message{Type: "claim", Query: r.query}, r.w.drain)
+		if after != nil && after.on != s {
+			select {
+			case <-after.done:
+			case <-r.ctx.Done():
+				return nil, false
+			}
+			after = nil
+		}
+		reply, err := s.request(r.ctx, message{Type: "claim", Query: r.query}, r.w.drain, nil)
 		var refused *Error
 		switch {
 		case err == nil && reply.Type == "task":
@@ -272,14 +321,19 @@ func (r *run) claim() (*Task, bool) {
 	}
 }
 
-// handle runs the handler, with heartbeats, and hands in what it returned;
-// for a task the server cancelled meanwhile, nothing.
-func (r *run) handle(t *Task) {
-	if t.release != nil {
-		defer t.release()
+// handle runs the handler, with heartbeats, and returns what is left to
+// do: hand in what the handler returned (for a task the server cancelled
+// meanwhile, nothing), calling written with the socket once it is written
+// there, and report the outcome.
+func (r *run) handle(t *Task) (finish func(written func(*session))) {
+	release := func() {
+		if t.release != nil {
+			t.release()
+		}
 	}
 	if r.ctx.Err() != nil {
-		return // stopped hard as the task arrived: the server re-queues it
+		// Stopped hard as the task arrived: the server re-queues it.
+		return func(func(*session)) { release() }
 	}
 	ctx, cancel := context.WithCancelCause(r.ctx)
 	defer cancel(nil)
@@ -297,19 +351,23 @@ func (r *run) handle(t *Task) {
 	result, err := r.w.Handler(ctx, t)
 	stop()
 	o := Outcome{Task: t, Took: time.Since(started)}
-	if errors.Is(context.Cause(ctx), ErrCancelled) {
-		o.Err, o.Ack = ErrCancelled, Ack{Status: "failed"}
+	cancelled := errors.Is(context.Cause(ctx), ErrCancelled)
+	return func(written func(*session)) {
+		defer release()
+		if cancelled {
+			o.Err, o.Ack = ErrCancelled, Ack{Status: "failed"}
+			r.done(o)
+			return
+		}
+		m, err := handIn(t.ID, result, err)
+		if err != nil {
+			o.Err = err
+		} else {
+			o.Sent = m.Type
+			o.Ack, o.Err = r.send(m, written)
+		}
 		r.done(o)
-		return
 	}
-	m, err := handIn(t.ID, result, err)
-	if err != nil {
-		o.Err = err
-	} else {
-		o.Sent = m.Type
-		o.Ack, o.Err = r.send(m)
-	}
-	r.done(o)
 }
 
 // handIn is the message that hands in what a handler returned, or the
@@ -377,13 +435,13 @@ func asFailure(err error) (Failure, bool) {
 // waiting for the next one if it drops first. (If it drops after the
 // server stored it but before the ack, the retry is answered accepted
 // false; a release on a new socket is, too: the drop re-queued the task.)
-func (r *run) send(m message) (Ack, error) {
+func (r *run) send(m message, written func(*session)) (Ack, error) {
 	for {
 		s := r.link.wait(r.ctx, nil)
 		if s == nil {
 			return Ack{}, fmt.Errorf("hand in the %s: %w", m.Type, r.ctx.Err())
 		}
-		reply, err := s.request(r.ctx, m, nil)
+		reply, err := s.request(r.ctx, m, nil, func() { written(s) })
 		switch {
 		case errors.Is(err, errSessionClosed):
 			continue
@@ -595,7 +653,7 @@ func (l *link) wait(ctx context.Context, stop <-chan struct{}) *session {
 type socketReporter struct{ s *session }
 
 func (r socketReporter) progress(ctx context.Context, id string, value json.RawMessage) (Ack, error) {
-	reply, err := r.s.request(ctx, message{Type: "progress", ID: id, Progress: value}, nil)
+	reply, err := r.s.request(ctx, message{Type: "progress", ID: id, Progress: value}, nil, nil)
 	if errors.Is(err, errSessionClosed) {
 		// The server re-queued the task when that socket closed: the lease
 		// is gone, which is exactly what accepted false says.
@@ -608,7 +666,7 @@ func (r socketReporter) progress(ctx context.Context, id string, value json.RawM
 }
 
 func (r socketReporter) heartbeat(ctx context.Context, id string) (Ack, error) {
-	reply, err := r.s.request(ctx, message{Type: "heartbeat", ID: id}, nil)
+	reply, err := r.s.request(ctx, message{Type: "heartbeat", ID: id}, nil, nil)
 	if errors.Is(err, errSessionClosed) {
 		return Ack{}, nil // as for progress: the lease went with the socket
 	}

@@ -270,3 +270,72 @@ func TestWorkerOverTLS(t *testing.T) {
 		t.Errorf("result = %s", f.result(ids[0]))
 	}
 }
+
+// TestWorkerClaimsWhileAResultWaitsForItsAck holds back the ack of the
+// first result, as a server does until the result is on the disc: a
+// worker with one slot claims and runs the second task meanwhile (it would
+// wait forever if the claim waited for the ack), hands in the second
+// result only after the first ack, and Run returns once both are acked.
+func TestWorkerClaimsWhileAResultWaitsForItsAck(t *testing.T) {
+	f := newFakeQueue(t)
+	f.holdAcks = true
+	second := make(chan string, 1)
+	var mu sync.Mutex
+	var outcomes []client.Outcome
+	handled := 0
+	w := &client.Worker{
+		Client:      client.New(f.srv.URL),
+		Queue:       "q",
+		Concurrency: 1,
+		Limit:       2,
+		Handler: func(ctx context.Context, task *client.Task) (any, error) {
+			mu.Lock()
+			handled++
+			n := handled
+			mu.Unlock()
+			if n == 2 {
+				second <- task.ID
+			}
+			return map[string]int{"handled": n}, nil
+		},
+		OnOutcome: func(o client.Outcome) {
+			mu.Lock()
+			defer mu.Unlock()
+			outcomes = append(outcomes, o)
+		},
+	}
+	wait := startWorker(t, context.Background(), w)
+	ids := f.add(2)
+	if got := waitFinished(t, f, 1); got[0] != ids[0] {
+		t.Fatalf("first result for %s, want %s", got[0], ids[0])
+	}
+	select {
+	case id := <-second:
+		if id != ids[1] {
+			t.Errorf("second task %s, want %s", id, ids[1])
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("the second task was not claimed while the first result waited for its ack")
+	}
+	f.releaseAcks()
+	waitFinished(t, f, 1)
+	if err := wait(); err != nil {
+		t.Fatalf("Run = %v, want nil after Limit tasks", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(outcomes) != 2 || outcomes[0].Task.ID != ids[0] || outcomes[1].Task.ID != ids[1] {
+		t.Fatalf("outcomes %+v, want the two tasks in order", outcomes)
+	}
+	for _, o := range outcomes {
+		if o.Sent != "result" || !o.Ack.Accepted || o.Err != nil {
+			t.Errorf("outcome of %s: sent %q, ack %+v, err %v", o.Task.ID, o.Sent, o.Ack, o.Err)
+		}
+	}
+	f.mu.Lock()
+	behind := f.resultsBehindHeld
+	f.mu.Unlock()
+	if behind != 0 {
+		t.Errorf("%d results handed in while an earlier one waited for its ack: one slot has one hand-in at a time", behind)
+	}
+}

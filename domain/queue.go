@@ -1,7 +1,6 @@
 package domain
 
 import (
-	"regexp"
 	"time"
 )
 
@@ -146,23 +145,37 @@ func (a Access) Check(user string, actions ...Action) Decision {
 	return Forbidden
 }
 
-var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
-
-// ValidName reports whether s may name a queue or a user (SPEC §1).
-func ValidName(s string) bool { return namePattern.MatchString(s) }
-
-var hostPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{0,252}$`)
-
-// ValidHost reports whether s may name a host folder: a DNS name of
-// [a-z0-9.-], no leading dot and no "..", so it can never climb out of a folder.
-func ValidHost(s string) bool {
-	if !hostPattern.MatchString(s) {
+// ValidName reports whether s may name a queue or a user (SPEC §1):
+// ^[a-z0-9][a-z0-9_-]{0,62}$. A loop, not a regexp: every request and
+// every stored change checks its names (TestNamesAgreeWithTheirPatterns).
+func ValidName(s string) bool {
+	if len(s) == 0 || len(s) > 63 || !lowerOrDigit(s[0]) {
 		return false
 	}
 	for i := 1; i < len(s); i++ {
-		if s[i] == '.' && s[i-1] == '.' {
+		if c := s[i]; !lowerOrDigit(c) && c != '_' && c != '-' {
 			return false
 		}
 	}
 	return true
 }
+
+// ValidHost reports whether s may name a host folder: a DNS name of
+// [a-z0-9.-] (^[a-z0-9][a-z0-9.-]{0,252}$), no leading dot and no "..", so
+// it can never climb out of a folder.
+func ValidHost(s string) bool {
+	if len(s) == 0 || len(s) > 253 || !lowerOrDigit(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		switch c := s[i]; {
+		case lowerOrDigit(c), c == '-':
+		case c == '.' && s[i-1] != '.':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func lowerOrDigit(c byte) bool { return 'a' <= c && c <= 'z' || '0' <= c && c <= '9' }

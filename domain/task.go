@@ -6,7 +6,6 @@ package domain
 
 import (
 	"encoding/json"
-	"regexp"
 	"time"
 )
 
@@ -186,11 +185,20 @@ func (t Task) Clone() Task {
 	return c
 }
 
-var idPattern = regexp.MustCompile(`^[0-9a-f]{16}$`)
-
 // ValidID reports whether id has the form of a task id: 16 lower-case hex
-// characters. Anything else can never name a task (or a file).
-func ValidID(id string) bool { return idPattern.MatchString(id) }
+// characters (^[0-9a-f]{16}$). Anything else can never name a task (or a
+// file).
+func ValidID(id string) bool {
+	if len(id) != 16 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // Millis converts a time to the record's millisecond timestamps.
 func Millis(t time.Time) int64 { return t.UnixMilli() }

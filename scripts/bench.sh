@@ -6,9 +6,10 @@
 #   scripts/bench.sh [--peers] [taskhoster bench flags...]
 #
 # Without --peers: `taskhoster bench` (throughput, hand-off, memory, depth,
-# start-up) on each disc. With --peers: the interleaved comparison with
-# beanstalkd (installed with apt-get if missing, as root) and fsfloor
-# (built from ../shared/tools/fsfloor into a temp folder).
+# start-up) on each disc. With --peers: the interleaved comparison, at one
+# claim in flight per worker and at four, P = W = 32, with beanstalkd
+# (installed with apt-get if missing, as root), fsfloor (built from
+# ../shared/tools/fsfloor into a temp folder) and River (BENCH_RIVER).
 #
 # Environment:
 #   BENCH_BIN    the taskhoster binary (default bin/taskhoster; `make bench` builds it)
@@ -22,9 +23,11 @@
 #                (fsync and synchronous_commit on, as shipped) is started in a
 #                folder on each disc and removed after it; the bench is given its
 #                URL and data folder (--database-dir, for the database's CPU)
-#   BENCH_RIVER  1 (with --peers) adds River on the same cluster too (implies
-#                BENCH_PG=1): bench/river (a module of its own, fetched through
-#                the Go module proxy) is built
+#   BENCH_RIVER  with --peers, 1 (the default) adds River, one job per
+#                transaction and InsertMany batches, when PostgreSQL's binaries
+#                are installed: a throwaway cluster as for BENCH_PG, and
+#                bench/river (a module of its own, fetched through the Go
+#                module proxy) is built; 0 skips it. It says so when it skips.
 #   BENCH_ONLY   with --peers: the contenders to run, comma-separated, of
 #                files,beanstalkd,fsfloor,postgres,river (default: all given);
 #                BENCH_ONLY=postgres,river BENCH_RIVER=1 runs just those two
@@ -145,24 +148,29 @@ fi
 river=0 pg=0
 if [ "$peers" = 1 ] && [ -n "${BENCH_ONLY:-}" ]; then
 	extra+=(--contenders "$BENCH_ONLY")
+elif [ "$peers" = 1 ] && [ "${BENCH_PG:-0}" != 1 ]; then
+	# River's cluster does not bring Taskhoster's own PostgreSQL runs.
+	extra+=(--contenders files,beanstalkd,fsfloor,river)
 fi
-if [ "$peers" = 1 ] && { [ "${BENCH_PG:-0}" = 1 ] || [ "${BENCH_RIVER:-0}" = 1 ]; }; then
+if [ "$peers" = 1 ] && { [ "${BENCH_PG:-0}" = 1 ] || [ "${BENCH_RIVER:-1}" = 1 ]; }; then
 	pgbin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 	if [ -z "$pgbin" ] && command -v initdb >/dev/null; then
 		pgbin=$(dirname "$(command -v initdb)")
 	fi
 	if [ -z "$pgbin" ]; then
-		say "BENCH_PG=1 or BENCH_RIVER=1 but PostgreSQL is not installed: the runs on it are skipped"
+		say "PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb): River's runs (and BENCH_PG's) are SKIPPED; install postgresql to compare with River"
 	else
 		pg=1
-		if [ "${BENCH_RIVER:-0}" = 1 ]; then
+		if [ "${BENCH_RIVER:-1}" = 1 ]; then
 			if (cd bench/river && go build -o "$tmp/riverbench" .); then
 				river=1
 			else
-				say "could not build bench/river: River's runs are skipped"
+				say "could not build bench/river: River's runs are SKIPPED"
 			fi
 		fi
 	fi
+elif [ "$peers" = 1 ]; then
+	say "BENCH_RIVER=0: River's runs are skipped"
 fi
 
 status=0

@@ -4,41 +4,22 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/taskhoster/taskhoster/domain"
 )
 
-// line is one event as it appears in a day file. The field order is the order
-// of the seed's example line, with "error" (failed and cancelled lines
-// only) after "status"; encoding/json keeps the order of the struct.
-type line struct {
-	T      int64            `json:"t"`
-	At     string           `json:"at"`
-	Host   string           `json:"host"`
-	Queue  string           `json:"queue"`
-	ID     string           `json:"id"`
-	Event  domain.EventKind `json:"event"`
-	Status domain.Status    `json:"status"`
-	// Error is the task's error code on a failed line (SPEC §8: a
-	// worker's failure "failed", a dead letter "attempts", a corrupt file
-	// "corrupt") and on a cancelled line ("cancelled", SPEC §12: the task
-	// failed with it, so Task Logs finds it by error code as well as by
-	// event); no other line has the field.
-	Error    *string  `json:"error,omitempty"`
-	Attempts int      `json:"attempts"`
-	Worker   *string  `json:"worker"` // null when no worker is involved
-	Bytes    sizes    `json:"bytes"`
-	Archived []string `json:"archived"`
-}
-
-// sizes are the byte lengths of a task's payloads as its file holds them.
-type sizes struct {
-	Item     int `json:"item"`
-	Progress int `json:"progress"`
-	Result   int `json:"result"`
-	Error    int `json:"error"`
-}
+// A line is one event as it appears in a day file. Its fields, in the
+// order of the seed's example line with "error" after "status": t, at,
+// host, queue, id, event, status, error, attempts, worker (null when no
+// worker is involved), bytes (item, progress, result, error: the byte
+// lengths of the task's payloads as its file holds them) and archived.
+// "error" is the task's error code on a failed line (SPEC §8: a worker's
+// failure "failed", a dead letter "attempts", a corrupt file "corrupt") and
+// on a cancelled line ("cancelled", SPEC §12: the task failed with it, so
+// Task Logs finds it by error code as well as by event); no other line has
+// the field. encodeLine writes it.
 
 // atLayout always prints three fractional digits, so lines of one file line
 // up and sort as text.
@@ -52,45 +33,77 @@ func dayOf(t time.Time) string { return t.UTC().Format(dayLayout) }
 
 // encodeLine is ev's line, newline included, ready for a single write.
 // archived names the payload bodies this event wrote to the archive (see
-// archiveBodies); nil is written as [].
+// archiveBodies); nil is written as []. The line holds exactly what
+// encoding/json writes for a line (without HTML escaping: the log is read
+// by tools, so a worker name's < > & stay readable), field by field, but
+// appended by hand: it is written for every event, and reflection was most
+// of its cost. TestLinesAreWhatEncodingJSONWrites holds the two together.
 func encodeLine(ev domain.Event, archived []string) []byte {
-	if archived == nil {
-		archived = []string{}
-	}
 	t := ev.Task
-	l := line{
-		T:        ev.At.Unix(),
-		At:       ev.At.UTC().Format(atLayout),
-		Host:     t.Host,
-		Queue:    t.Queue,
-		ID:       t.ID,
-		Event:    ev.Kind,
-		Status:   t.Status,
-		Attempts: t.Attempts,
-		Bytes: sizes{
-			Item:     storedLen(t.Item),
-			Progress: storedLen(t.Progress),
-			Result:   storedLen(t.Result),
-			Error:    errorLen(t),
-		},
-		Archived: archived,
+	b := make([]byte, 0, 256)
+	b = append(b, `{"t":`...)
+	b = strconv.AppendInt(b, ev.At.Unix(), 10)
+	b = append(b, `,"at":"`...)
+	b = ev.At.UTC().AppendFormat(b, atLayout)
+	b = append(b, `","host":`...)
+	b = appendString(b, t.Host)
+	b = append(b, `,"queue":`...)
+	b = appendString(b, t.Queue)
+	b = append(b, `,"id":`...)
+	b = appendString(b, t.ID)
+	b = append(b, `,"event":`...)
+	b = appendString(b, string(ev.Kind))
+	b = append(b, `,"status":`...)
+	b = appendString(b, string(t.Status))
+	if (ev.Kind == domain.EventFailed || ev.Kind == domain.EventCancelled) && t.Error != nil {
+		b = append(b, `,"error":`...)
+		b = appendString(b, *t.Error)
 	}
-	if ev.Kind == domain.EventFailed || ev.Kind == domain.EventCancelled {
-		l.Error = t.Error
-	}
+	b = append(b, `,"attempts":`...)
+	b = strconv.AppendInt(b, int64(t.Attempts), 10)
+	b = append(b, `,"worker":`...)
 	if ev.Worker != "" {
-		l.Worker = &ev.Worker
+		b = appendString(b, ev.Worker)
+	} else {
+		b = append(b, "null"...)
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf) // Encode ends the line with '\n'
-	// The log is read by tools, not embedded in HTML: keep a worker name's
-	// < > & readable.
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(l); err != nil {
-		// Every field is a string, a number or a list of strings.
-		panic(fmt.Sprintf("encode event line for %s: %v", t.ID, err))
+	b = append(b, `,"bytes":{"item":`...)
+	b = strconv.AppendInt(b, int64(storedLen(t.Item)), 10)
+	b = append(b, `,"progress":`...)
+	b = strconv.AppendInt(b, int64(storedLen(t.Progress)), 10)
+	b = append(b, `,"result":`...)
+	b = strconv.AppendInt(b, int64(storedLen(t.Result)), 10)
+	b = append(b, `,"error":`...)
+	b = strconv.AppendInt(b, int64(errorLen(t)), 10)
+	b = append(b, `},"archived":[`...)
+	for i, name := range archived {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, name)
 	}
-	return buf.Bytes()
+	return append(b, "]}\n"...)
+}
+
+// appendString appends s as a JSON string, as encoding/json writes it
+// without HTML escaping. Names, codes and archive file names are plain
+// ASCII and are copied as they are; anything else (a worker name may be
+// any text) goes through encoding/json itself.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			var buf bytes.Buffer
+			enc := json.NewEncoder(&buf)
+			enc.SetEscapeHTML(false)
+			if err := enc.Encode(s); err != nil {
+				panic(fmt.Sprintf("encode string: %v", err)) // a string always encodes
+			}
+			return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // storedLen is the length of a raw payload as the task file holds it, 0 for

@@ -117,14 +117,21 @@ func (f *files) writeSpare(ref domain.QueueRef, dst string, data []byte) bool {
 
 // overwrite makes the file at path hold exactly data. Raw system calls: an
 // os.File would register with the runtime's poller, one more call for a
-// regular file that cannot use it.
+// regular file that cannot use it. It truncates only a spare longer than
+// data: a truncate is a journaled change of the inode, several times the
+// cost of the fstat that tells, and a task's records grow as it moves on,
+// so most spares are no longer than what they are given.
 func overwrite(path string, data []byte) error {
 	fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
-	err = writeAll(fd, data)
+	var st syscall.Stat_t
+	err = syscall.Fstat(fd, &st)
 	if err == nil {
+		err = writeAll(fd, data)
+	}
+	if err == nil && st.Size > int64(len(data)) {
 		err = syscall.Ftruncate(fd, int64(len(data)))
 	}
 	if cerr := syscall.Close(fd); err == nil {

@@ -61,6 +61,23 @@ func TestSparesAreReused(t *testing.T) {
 		t.Errorf("reused file holds\n%s\nwant\n%s", data, want)
 	}
 
+	// And the other way: a long record written into the short spare.
+	was = inode(t, pendingFile(taskID(2)))
+	mustUpdate(t, s, keyOf(taskID(2)), claimBy("box-1", epoch))
+	long3, _ := domain.Post(taskID(3), host, queue, long.Item, "alice", epoch)
+	if err := s.Create(ctx, long3, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := inode(t, pendingFile(taskID(3))); got != was {
+		t.Errorf("the third task's file is inode %d, want the second's %d", got, was)
+	}
+	if data, err = os.ReadFile(pendingFile(taskID(3))); err != nil {
+		t.Fatal(err)
+	}
+	if want := domain.EncodeTask(long3); string(data) != string(want) {
+		t.Errorf("reused file holds\n%s\nwant\n%s", data, want)
+	}
+
 	// A clean stop leaves no spares; the next start reads the tasks back.
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -69,8 +86,8 @@ func TestSparesAreReused(t *testing.T) {
 		t.Errorf("spares left after a clean stop: %v", err)
 	}
 	again := mustOpen(t, dir)
-	if got, err := again.Get(ctx, keyOf(taskID(2))); err != nil || got.Status != domain.Pending {
-		t.Errorf("after restart task 2 = %+v, %v", got, err)
+	if got, err := again.Get(ctx, keyOf(taskID(3))); err != nil || got.Status != domain.Pending {
+		t.Errorf("after restart task 3 = %+v, %v", got, err)
 	}
 }
 

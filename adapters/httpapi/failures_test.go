@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/taskhoster/taskhoster/adapters/httpapi"
+	"github.com/taskhoster/taskhoster/adapters/notify"
+	"github.com/taskhoster/taskhoster/domain"
 )
 
 // send makes one request to api and decodes its JSON object reply.
@@ -205,5 +208,53 @@ func TestQueueInfoShowsFailureSettings(t *testing.T) {
 	}
 	if _, ok := m["settings"].(map[string]any)["maxAttempts"]; ok {
 		t.Errorf("GET /open shows maxAttempts: %v", m)
+	}
+}
+
+// cuttingNotifier is the hub with a twist: when a claim starts to wait,
+// post runs (a task comes), and the moment the claim has taken it, cut
+// (its client goes): the claim has taken a task for a client that is gone.
+type cuttingNotifier struct {
+	*notify.Hub
+	post, cut func()
+}
+
+func (n cuttingNotifier) Await(ctx context.Context, q domain.QueueRef, try func() (bool, error)) error {
+	n.post()
+	return n.Hub.Await(ctx, q, func() (bool, error) {
+		claimed, err := try()
+		if claimed {
+			n.cut()
+		}
+		return claimed, err
+	})
+}
+
+// A long-poll claim cut off just as a task comes still takes the task (the
+// claim runs on after its client went); the handler then hands it back at
+// once, under that very claim, rather than leave it processing until the
+// lease lapses.
+func TestClaimForAClientThatHasGoneHandsTheTaskBack(t *testing.T) {
+	for _, body := range []string{`{"worker":"w1","wait":5}`, `{"worker":"w1","wait":5,"max":2}`} {
+		var api *httpapi.API
+		var id string
+		ctx, cancel := context.WithCancel(context.Background())
+		n := cuttingNotifier{Hub: notify.NewHub(), cut: cancel, post: func() {
+			code, m := send(t, api, "POST", "/open", `{}`)
+			if code != http.StatusCreated {
+				t.Fatalf("post: %d %v", code, m)
+			}
+			id = m["id"].(string)
+		}}
+		api, repo := newAPIWith(t, n)
+		req := httptest.NewRequestWithContext(ctx, "POST", "http://"+testHost+"/open/claim", strings.NewReader(body))
+		api.ServeHTTP(httptest.NewRecorder(), req)
+		got, err := repo.Get(context.Background(), domain.Key{Host: testHost, Queue: "open", ID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status != domain.Pending || got.Attempts != 1 || got.Lease != nil {
+			t.Errorf("claim %s for a client gone: task %s, attempts %d, lease %v; want pending after one attempt, no lease", body, got.Status, got.Attempts, got.Lease)
+		}
 	}
 }

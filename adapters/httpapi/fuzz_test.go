@@ -57,6 +57,12 @@ func (p *memPauses) SetPaused(_ context.Context, q domain.QueueRef, paused bool)
 // failure schema, and one that alice manages (ops).
 func newAPI(tb testing.TB) (*httpapi.API, *index.Store) {
 	tb.Helper()
+	return newAPIWith(tb, notify.NewHub())
+}
+
+// newAPIWith is newAPI with the given notifier.
+func newAPIWith(tb testing.TB, n ports.Notifier) (*httpapi.API, *index.Store) {
+	tb.Helper()
 	dir := tb.TempDir()
 	files := map[string]string{
 		"taskhoster-users/alice.json": `{"name":"alice","token":"` + aliceToken + `"}`,
@@ -87,7 +93,7 @@ func newAPI(tb testing.TB) (*httpapi.API, *index.Store) {
 	}
 	repo := index.New()
 	svc := app.New(app.Deps{
-		Repo: repo, Syncer: nopSync{}, Log: nopLog{}, Notifier: notify.NewHub(),
+		Repo: repo, Syncer: nopSync{}, Log: nopLog{}, Notifier: n,
 		Clock: clock.System{}, Compiler: schema.Compiler{}, Pauses: &memPauses{},
 	})
 	return httpapi.New(svc, config, httpapi.Options{}), repo

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+	"go.uber.org/zap"
 
 	"github.com/taskhoster/taskhoster/adapters/httperr"
 	"github.com/taskhoster/taskhoster/app"
@@ -144,7 +146,27 @@ func (a *API) claim(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
+	if a.handBack(r, queueOf(r), t) {
+		return
+	}
 	writeJSON(w, http.StatusOK, ClaimView(t))
+}
+
+// handBack re-queues tasks claimed for a client that has gone (its request
+// ended while the claim was taking them: a long-poll cut off as a task
+// came), and reports whether it did. Nobody would read the answer, so the
+// tasks go back to pending at once, under the very claim, as a worker
+// socket's do when it drops, rather than wait out their lease.
+func (a *API) handBack(r *http.Request, q *domain.Queue, tasks ...domain.Task) bool {
+	if r.Context().Err() == nil {
+		return false
+	}
+	for _, t := range tasks {
+		if _, err := a.svc.Requeue(context.WithoutCancel(r.Context()), q, t.ID, t.Attempts, domain.CauseSocket); err != nil {
+			a.logger.Error("re-queue a task claimed for a client that has gone", zap.String("task", t.ID), zap.Error(err))
+		}
+	}
+	return true
 }
 
 // claimMany answers a claim that asks for up to max tasks: 200 {"tasks"},
@@ -157,6 +179,9 @@ func (a *API) claimMany(w http.ResponseWriter, r *http.Request, worker string, r
 	}
 	if err != nil && len(tasks) == 0 {
 		a.writeError(w, r, err)
+		return
+	}
+	if a.handBack(r, queueOf(r), tasks...) {
 		return
 	}
 	// A store failure after some claims still hands those out: they are

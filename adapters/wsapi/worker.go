@@ -219,7 +219,7 @@ func (w *worker) await(ref, query json.RawMessage, place *app.Place) {
 	switch {
 	case err == nil:
 		w.settle(&t)
-		w.send(taskReply{Type: "task", Ref: ref, ID: t.ID, Item: t.Item, Attempts: t.Attempts, Lease: t.Lease})
+		w.sendBytes(encodeTask(ref, t.ID, t.Item, t.Attempts, t.Lease))
 	case w.ctx.Err() != nil || errors.Is(err, domain.ErrNotFound):
 		w.settle(nil) // the socket is gone, or the server is shutting down
 	default:
@@ -358,7 +358,7 @@ func (w *worker) apply(m message) {
 		w.drop(m.ID, h.attempts)
 		w.mu.Unlock()
 	}
-	w.send(ackReply{Type: "ack", Ref: m.Ref, Accepted: out.Accepted, Status: ackStatus(m.Type, out), Lease: out.Lease})
+	w.sendBytes(encodeAck(m.Ref, out.Accepted, ackStatus(m.Type, out), out.Lease))
 }
 
 // call runs the use case of one report; report has checked its fields.

@@ -5,7 +5,8 @@
 // does not depend on River.
 //
 // The workload: P producers insert N jobs, one per transaction (BEGIN,
-// InsertTx, COMMIT); one River client works them with W×K workers (River's
+// InsertTx, COMMIT), or with -batch B, B jobs per InsertMany (one
+// transaction each, as Taskhoster's batch post is one flush); one River client works them with W×K workers (River's
 // MaxWorkers: K jobs in flight per worker, as the bench's peers have); a
 // job's work is to note its sequence number and return nil, so River
 // completes it. The run ends when every job has been worked once and River
@@ -82,6 +83,7 @@ type Result struct {
 	P                 int     `json:"p"`
 	W                 int     `json:"w"`
 	K                 int     `json:"k"`
+	Batch             int     `json:"batch"`
 	Seconds           float64 `json:"seconds"`
 	InsertSeconds     float64 `json:"insert_seconds"`
 	SynchronousCommit string  `json:"synchronous_commit"`
@@ -105,6 +107,7 @@ func run() error {
 		w         = flag.Int("w", 8, "workers")
 		k         = flag.Int("k", 4, "jobs in flight per worker (River's MaxWorkers is w×k)")
 		itemBytes = flag.Int("item-bytes", 200, "approximate size of each job's args")
+		batch     = flag.Int("batch", 1, "jobs per insert: 1 inserts one per transaction, more with InsertMany (one transaction per batch)")
 		cooldown  = flag.Duration("fetch-cooldown", river.FetchCooldownDefault, "River's FetchCooldown (its default unless set)")
 		poll      = flag.Duration("fetch-poll-interval", river.FetchPollIntervalDefault, "River's FetchPollInterval (its default unless set)")
 		timeout   = flag.Duration("timeout", 10*time.Minute, "the longest the run may take")
@@ -113,8 +116,8 @@ func run() error {
 	if *url == "" {
 		return errors.New("-database-url is required")
 	}
-	if *n < 1 || *p < 1 || *w < 1 || *k < 1 {
-		return errors.New("-n, -p, -w and -k must be at least 1")
+	if *n < 1 || *p < 1 || *w < 1 || *k < 1 || *batch < 1 {
+		return errors.New("-n, -p, -w, -k and -batch must be at least 1")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
@@ -173,17 +176,24 @@ func run() error {
 
 	body := strings.Repeat("x", max(0, *itemBytes-20))
 	start := time.Now()
-	seqs := make(chan int, *n)
-	for i := range *n {
-		seqs <- i
+	// firsts hands out the first sequence number of each insert.
+	firsts := make(chan int, *n / *batch + 1)
+	for i := 0; i < *n; i += *batch {
+		firsts <- i
 	}
-	close(seqs)
+	close(firsts)
 	errs := make(chan error, *p)
 	var wg sync.WaitGroup
 	for range *p {
 		wg.Go(func() {
-			for seq := range seqs {
-				if err := insertOne(ctx, pool, client, benchArgs{Seq: seq, Body: body}); err != nil {
+			for first := range firsts {
+				var err error
+				if *batch == 1 {
+					err = insertOne(ctx, pool, client, benchArgs{Seq: first, Body: body})
+				} else {
+					err = insertMany(ctx, client, first, min(first+*batch, *n), body)
+				}
+				if err != nil {
 					errs <- err
 					return
 				}
@@ -225,7 +235,7 @@ func run() error {
 		return fmt.Errorf("%d jobs were worked more than once", dup)
 	}
 	res.TPS = float64(*n) / elapsed.Seconds()
-	res.N, res.P, res.W, res.K = *n, *p, *w, *k
+	res.N, res.P, res.W, res.K, res.Batch = *n, *p, *w, *k, *batch
 	res.Seconds, res.InsertSeconds = elapsed.Seconds(), inserted.Seconds()
 	res.FetchCooldownMs = float64(*cooldown) / float64(time.Millisecond)
 	res.FetchPollMs = float64(*poll) / float64(time.Millisecond)
@@ -243,4 +253,21 @@ func insertOne(ctx context.Context, pool *pgxpool.Pool, client *river.Client[pgx
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+// insertMany inserts the jobs first to last-1 with one InsertMany (one
+// transaction), and checks that River answered one job per args.
+func insertMany(ctx context.Context, client *river.Client[pgx.Tx], first, last int, body string) error {
+	params := make([]river.InsertManyParams, 0, last-first)
+	for seq := first; seq < last; seq++ {
+		params = append(params, river.InsertManyParams{Args: benchArgs{Seq: seq, Body: body}})
+	}
+	res, err := client.InsertMany(ctx, params)
+	if err != nil {
+		return err
+	}
+	if len(res) != len(params) {
+		return fmt.Errorf("InsertMany of %d jobs answered %d", len(params), len(res))
+	}
+	return nil
 }

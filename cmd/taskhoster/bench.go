@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -34,7 +35,10 @@ throughput workload, round by round, against Taskhoster (sync always and
 none), beanstalkd (-f 0 and without binlog), fsfloor and, with
 --database-url, this binary as "serve --store postgres" (one server, then
 two sharing the database) and, with --river, River (bench/river, built on
-its own) on that database, and prints the ratios. --database-dir (the
+its own) on that database, and prints the ratios. The peers run at P = W
+= 32 (unless -p says otherwise), once with one claim in flight per worker
+and once with four (-ks), and add batch posts of --batch-size beside
+River's InsertMany of as many. --database-dir (the
 cluster's data folder) adds the database's CPU per task. --contenders
 picks some of them (say, postgres,river).
 `
@@ -53,9 +57,10 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		queue      = fs.String("queue", "bench", "with --url: the queue to use (any item must be valid)")
 		logs       = fs.String("logs", "", "with --url: the server's --logs folder, to check its event log")
 		n          = fs.Int("n", d.N, "tasks per throughput run")
-		p          = fs.String("p", "8,32", "producers of each workload, comma-separated")
+		p          = fs.String("p", "8,32", "producers of each workload, comma-separated (with --peers: 32 unless given)")
 		w          = fs.String("w", "", "workers of each workload, comma-separated (default: as -p)")
 		k          = fs.Int("k", d.K, "tasks in flight per worker: open socket claims, or HTTP long-poll loops")
+		ks         = fs.String("ks", "", "with --peers: the K values to compare at, comma-separated (default 1,4; as -k when -k is given)")
 		runs       = fs.Int("runs", d.Runs, "runs of each measurement (the median is reported)")
 		modes      = fs.String("modes", "always,none", "--sync modes of the servers")
 		transports = fs.String("transports", "socket,http", "how throughput workers talk to the server")
@@ -65,7 +70,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		depths     = fs.String("depths", "100,10000,1000000", "pending tasks for the depth and start-up runs")
 		claims     = fs.Int("claims", d.Claims, "claims per depth run, with and without a query")
 		depthSync  = fs.String("depth-sync", d.DepthSync, "--sync of the depth and start-up servers")
-		batchSize  = fs.Int("batch-size", d.Batch, "tasks per batch post in the posts section (1 to 1000)")
+		batchSize  = fs.Int("batch-size", d.Batch, "tasks per batch post in the posts section and, with --peers, of the batch contenders beside River's InsertMany (1 to 1000; 1: none)")
 		memory     = fs.Int("memory", d.Memory, "tasks posted for the memory run")
 		timeout    = fs.Duration("timeout", d.Timeout, "the longest one run may take")
 		jsonOut    = fs.String("json", "", "also write the report as JSON to this file")
@@ -102,10 +107,24 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	c.River, c.DatabaseURL, c.DatabaseDir = *river, *dbURL, *dbDir
 	c.Contenders = benchList(*contenders)
 	c.Syncs, c.Transports, c.Sections, c.FloorModes = benchList(*modes), benchList(*transports), benchList(*sections), benchList(*floorModes)
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	var err error
 	if c.Loads, err = benchPairs(*p, *w); err != nil {
 		fmt.Fprintln(stderr, "taskhoster bench:", err)
 		return 2
+	}
+	if c.Peers && !given["p"] && !given["w"] {
+		c.Loads = bench.PeerLoads
+	}
+	switch {
+	case *ks != "":
+		if c.PeerKs, err = benchInts(*ks); err != nil {
+			fmt.Fprintln(stderr, "taskhoster bench: -ks:", err)
+			return 2
+		}
+	case given["k"]:
+		c.PeerKs = []int{c.K}
 	}
 	if c.Depths, err = benchInts(*depths); err != nil {
 		fmt.Fprintln(stderr, "taskhoster bench: -depths:", err)

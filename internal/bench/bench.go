@@ -4,8 +4,10 @@
 // posts alone (one per request and in batches), claims on a deep queue,
 // start-up and memory, each as the median of a few
 // runs with their range. With Peers it runs the same throughput workload
-// against beanstalkd and the fsfloor tool, interleaved with Taskhoster's
-// runs, and reports the ratios.
+// against beanstalkd, the fsfloor tool and River (on PostgreSQL),
+// interleaved with Taskhoster's runs, at one claim in flight per worker and
+// at four, with batch posts beside River's InsertMany, and reports the
+// ratios.
 //
 // Every throughput run is checked: each task posted got exactly one
 // accepted result, for the id its post returned, and (when the bench can
@@ -84,6 +86,10 @@ type Config struct {
 	// Contenders limits the peer comparison to these of PeerContenders
 	// (empty: all that are given).
 	Contenders []string
+	// PeerKs are the claims in flight per worker the peer comparison runs
+	// at, each in a table of its own (empty: K alone). One open claim is
+	// the common worker's shape; four is what Throughput uses.
+	PeerKs     []int
 	FloorModes []string
 
 	// Progress receives a line per finished run (nil: discarded).
@@ -112,7 +118,20 @@ func Defaults() Config {
 		ItemBytes: 200, Handoffs: 1000, Depths: []int{100, 10_000, 1_000_000},
 		Claims: 100, DepthSync: "none", Batch: 100, Memory: 100_000, Settle: time.Second, Timeout: 10 * time.Minute,
 		FloorModes: []string{"none", "syncfs2", "wal", "group"},
+		PeerKs:     []int{1, 4},
 	}
+}
+
+// PeerLoads are the workloads of the peer comparison unless -p says
+// otherwise: the P = W = 32.
+var PeerLoads = []Pair{{32, 32}}
+
+// peerKs are the K values the peer comparison runs at.
+func (c Config) peerKs() []int {
+	if len(c.PeerKs) == 0 {
+		return []int{c.K}
+	}
+	return c.PeerKs
 }
 
 func (c Config) section(s string) bool {
@@ -153,6 +172,14 @@ func (c Config) Validate() error {
 		return errors.New("the peer comparison starts its own servers: no --url")
 	case c.River != "" && c.DatabaseURL == "":
 		return errors.New("--river needs --database-url")
+	}
+	for _, k := range c.PeerKs {
+		if k < 1 || k > 256 {
+			return fmt.Errorf("peer K %d: want 1 to 256", k)
+		}
+	}
+	if c.Peers && (c.Batch < 1 || c.Batch > 1000) {
+		return errors.New("batch size must be 1 to 1000 (the server's limit)")
 	}
 	for _, name := range c.Contenders {
 		if !slices.Contains(PeerContenders, name) {

@@ -282,22 +282,40 @@ func TestSmokePeers(t *testing.T) {
 	}
 	c := Defaults()
 	c.Binary, c.Dir, c.Peers, c.Beanstalkd = bin, t.TempDir(), true, bs
-	c.Runs, c.N, c.Loads, c.K = 1, 50, []Pair{{2, 2}}, 2
+	c.Runs, c.N, c.Loads, c.PeerKs, c.Batch = 1, 50, []Pair{{2, 2}}, []int{1, 2}, 20
 	c.Timeout = time.Minute
 	rep, err := Run(context.Background(), c)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if len(rep.Peers) != 1 {
-		t.Fatalf("%d peer rows", len(rep.Peers))
+	if len(rep.Peers) != 2 || rep.Peers[0].K != 1 || rep.Peers[1].K != 2 {
+		t.Fatalf("peer rows %+v, want one at K=1 and one at K=2", rep.Peers)
 	}
-	for _, name := range []string{"taskhoster always", "taskhoster none", "beanstalkd -f0", "beanstalkd nobinlog"} {
-		if rep.Peers[0].TPS[name].Median <= 0 {
-			t.Errorf("no figure for %s: %+v", name, rep.Peers[0].TPS)
+	var out bytes.Buffer
+	if err := rep.Print(&out); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range rep.Peers {
+		for _, name := range []string{"taskhoster always", "taskhoster none", "beanstalkd -f0", "beanstalkd nobinlog", "taskhoster always batch 20"} {
+			if row.TPS[name].Median <= 0 {
+				t.Errorf("K=%d: no figure for %s: %+v", row.K, name, row.TPS)
+			}
+		}
+		targets := map[string]float64{}
+		for _, r := range row.Ratios {
+			targets[r.Name] = r.Target
+		}
+		for name, want := range map[string]float64{"taskhoster always ÷ taskhoster none": 0.9, "taskhoster always ÷ beanstalkd -f0": 2.0} {
+			if got, ok := targets[name]; !ok || got != want {
+				t.Errorf("K=%d: ratio %q has target %v (present %v), want %v: %+v", row.K, name, got, ok, want, row.Ratios)
+			}
+		}
+		if !strings.Contains(out.String(), fmt.Sprintf("K = %d (%d in flight)", row.K, 2*row.K)) {
+			t.Errorf("report lacks the K=%d table:\n%s", row.K, out.String())
 		}
 	}
-	if len(rep.Peers[0].Ratios) < 2 {
-		t.Errorf("ratios: %+v", rep.Peers[0].Ratios)
+	if !strings.Contains(out.String(), "taskhoster always batch 20") {
+		t.Errorf("report lacks the batch contender:\n%s", out.String())
 	}
 }
 
@@ -382,5 +400,10 @@ func TestRiverPeerIsOptional(t *testing.T) {
 	want := "-database-url postgres://db -n 100 -p 2 -w 3 -k 4 -item-bytes 200 -fetch-cooldown 1ms -timeout 1m0s"
 	if got != want {
 		t.Fatalf("river peer's flags:\n got %s\nwant %s", got, want)
+	}
+	got = strings.Join(riverArgs(c.DatabaseURL, Load{N: 100, P: 2, W: 3, K: 1, ItemBytes: 200, Batch: 100}), " ")
+	want = "-database-url postgres://db -n 100 -p 2 -w 3 -k 1 -item-bytes 200 -fetch-cooldown 1ms -batch 100"
+	if got != want {
+		t.Fatalf("river peer's flags with InsertMany:\n got %s\nwant %s", got, want)
 	}
 }

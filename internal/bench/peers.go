@@ -129,7 +129,7 @@ func BeanstalkThroughput(ctx context.Context, addr string, ld Load) (LoadRun, er
 		id, err := t.Put(body, 0, 0, 10*time.Minute)
 		return strconv.FormatUint(id, 10), err
 	}
-	r, err := runLoad(ctx, ld, l, workers, post)
+	r, err := runLoad(ctx, ld, l, workers, single(post))
 	if err != nil {
 		return r, err
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -143,7 +144,8 @@ type PeerRow struct {
 	N       int `json:"n"`
 	// Completed tasks per second of each contender: "taskhoster always",
 	// "taskhoster none", "beanstalkd -f0", "beanstalkd nobinlog",
-	// "river" (on PostgreSQL), "fsfloor MODE".
+	// "river" (on PostgreSQL), "fsfloor MODE", and with batches of B
+	// "taskhoster always batch B" and "river InsertMany B".
 	TPS map[string]Summary `json:"tps"`
 	// Lat is post → finished p50 (ms), for the servers.
 	Lat map[string]Summary `json:"lat_p50_ms"`
@@ -413,7 +415,7 @@ func failed(n int) string {
 }
 
 // peerOrder lists the contenders: Taskhoster and beanstalkd first, then
-// the floors.
+// the batch posts, then the floors.
 func peerOrder(m map[string]Summary) []string {
 	var out []string
 	for _, name := range []string{"taskhoster always", "beanstalkd -f0", PGOneName, PGTwoName, RiverName, "taskhoster none", "beanstalkd nobinlog"} {
@@ -421,6 +423,15 @@ func peerOrder(m map[string]Summary) []string {
 			out = append(out, name)
 		}
 	}
+	// The batch contenders, Taskhoster's beside River's, of any size.
+	var batches []string
+	for name := range m {
+		if strings.HasPrefix(name, "taskhoster always batch ") || strings.HasPrefix(name, "river InsertMany ") {
+			batches = append(batches, name)
+		}
+	}
+	sort.Strings(batches)
+	out = append(out, batches...)
 	for _, mode := range []string{"none", "fsync", "group", "syncfs", "syncfs2", "wal", "walpre"} {
 		if _, ok := m["fsfloor "+mode]; ok {
 			out = append(out, "fsfloor "+mode)

@@ -27,7 +27,8 @@ type RiverRun struct {
 }
 
 // riverArgs are the River peer's flags for ld against url: the bench's
-// workload (P producers, one job per transaction; W×K jobs in flight) and
+// workload (P producers, one job per transaction, or ld.Batch per
+// InsertManyTx when above 1; W×K jobs in flight) and
 // River's FetchCooldown at its minimum, 1 ms (its default, 100 ms, caps a
 // client at W×K jobs per 100 ms whatever the database allows).
 func riverArgs(url string, ld Load) []string {
@@ -35,6 +36,9 @@ func riverArgs(url string, ld Load) []string {
 		"-database-url", url,
 		"-n", strconv.Itoa(ld.N), "-p", strconv.Itoa(ld.P), "-w", strconv.Itoa(ld.W), "-k", strconv.Itoa(ld.K),
 		"-item-bytes", strconv.Itoa(ld.ItemBytes), "-fetch-cooldown", "1ms",
+	}
+	if ld.Batch > 1 {
+		args = append(args, "-batch", strconv.Itoa(ld.Batch))
 	}
 	if ld.Timeout > 0 {
 		args = append(args, "-timeout", ld.Timeout.String())

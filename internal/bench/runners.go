@@ -226,16 +226,51 @@ func room(dir string, n int) (bool, string) {
 	return true, ""
 }
 
-// runPeers runs, for each P = W, Runs rounds of: Taskhoster --sync always,
-// beanstalkd -f 0, Taskhoster --sync none, beanstalkd without binlog,
-// fsfloor in each floor mode, and with a database Taskhoster on PostgreSQL
-// (one server, then two) and River, all with the same N and concurrency
-// (Config.Contenders may leave some out); then the ratios, each taken
-// within a round.
+// Names of the batch contenders: producers post Config.Batch tasks per
+// request (Taskhoster's POST /{queue}/batch, River's InsertManyTx) while
+// the workers finish them.
+func batchName(batch int) string      { return fmt.Sprintf("taskhoster always batch %d", batch) }
+func riverBatchName(batch int) string { return fmt.Sprintf("river InsertMany %d", batch) }
+
+// runPeers runs the comparison at each of PeerKs (K claims in flight per
+// worker), for each P = W.
 func runPeers(ctx context.Context, c Config, rep *Report) []PeerRow {
+	var rows []PeerRow
+	for _, k := range c.peerKs() {
+		ck := c
+		ck.K = k
+		rows = append(rows, runPeersAt(ctx, ck, rep)...)
+	}
+	if c.Beanstalkd == "" && c.contends("beanstalkd") {
+		rep.Notes = append(rep.Notes, "beanstalkd not given: its runs were skipped")
+	}
+	if c.Fsfloor == "" && c.contends("fsfloor") {
+		rep.Notes = append(rep.Notes, "fsfloor not given: its runs were skipped")
+	}
+	if c.DatabaseURL == "" && (c.contends("postgres") || c.contends("river")) {
+		rep.Notes = append(rep.Notes, "no --database-url: the runs on PostgreSQL (Taskhoster's and River's) were skipped")
+	} else if c.River == "" && c.contends("river") {
+		rep.Notes = append(rep.Notes, "river not given (--river): its runs were skipped")
+	}
+	if c.DatabaseURL != "" && c.DatabaseDir == "" {
+		rep.Notes = append(rep.Notes, "no --database-dir: the database's CPU per task is not measured")
+	}
+	return rows
+}
+
+// runPeersAt runs, for each P = W, Runs rounds of: Taskhoster --sync always,
+// beanstalkd -f 0, Taskhoster --sync none, beanstalkd without binlog,
+// fsfloor in each floor mode, Taskhoster --sync always with batch posts,
+// and with a database Taskhoster on PostgreSQL (one server, then two) and
+// River (one job per transaction, then InsertMany batches), all with the
+// same N and concurrency (Config.Contenders may leave some out); then the
+// ratios, each taken within a round.
+func runPeersAt(ctx context.Context, c Config, rep *Report) []PeerRow {
 	var rows []PeerRow
 	for _, p := range c.Loads {
 		ld := c.load(p)
+		batched := ld
+		batched.Batch = c.Batch
 		tps := map[string][]float64{}
 		lat := map[string][]float64{}
 		cpu := map[string][]float64{}
@@ -267,11 +302,14 @@ func runPeers(ctx context.Context, c Config, rep *Report) []PeerRow {
 				c.progress("%s %s: FAILED: %v", prefix, name, err)
 				record(name, round, 0, 0, 0, 0)
 			}
-			th := func(sync string) {
+			th := func(sync string, ld Load) {
 				if !c.contends("files") {
 					return
 				}
 				name := "taskhoster " + sync
+				if ld.Batch > 1 {
+					name = batchName(ld.Batch)
+				}
 				r, err := throughputOnce(ctx, c, Socket, sync, ld)
 				if err != nil {
 					failed(name, err)
@@ -310,25 +348,29 @@ func runPeers(ctx context.Context, c Config, rep *Report) []PeerRow {
 				c.progress("%s %s: %.0f done/s, server CPU %.2f ms/task, database CPU %.2f ms/task; every task finished once, one result line each",
 					prefix, name, r.TPS, r.ServerCPU, db)
 			}
-			river := func() {
+			river := func(ld Load) {
 				if c.River == "" || !c.contends("river") {
 					return
+				}
+				name := RiverName
+				if ld.Batch > 1 {
+					name = riverBatchName(ld.Batch)
 				}
 				dbm := startClusterCPU(c.DatabaseDir)
 				rr, err := River(ctx, c.River, c.DatabaseURL, ld)
 				db := dbm.perTask(ld.N)
 				if err != nil {
-					failed(RiverName, err)
+					failed(name, err)
 					return
 				}
-				record(RiverName, round, rr.TPS, 0, rr.CPU, db)
+				record(name, round, rr.TPS, 0, rr.CPU, db)
 				c.progress("%s %s: %.0f done/s, its process's CPU %.2f ms/task, database CPU %.2f ms/task (synchronous_commit %s, PostgreSQL %s); every job worked once and completed",
-					prefix, RiverName, rr.TPS, rr.CPU, db, rr.SynchronousCommit, rr.Server)
+					prefix, name, rr.TPS, rr.CPU, db, rr.SynchronousCommit, rr.Server)
 			}
-			th("always")
+			th("always", ld)
 			bs(true)
 			pg(1)
-			th("none")
+			th("none", ld)
 			bs(false)
 			if c.Fsfloor != "" && c.contends("fsfloor") {
 				for _, mode := range c.FloorModes {
@@ -342,7 +384,11 @@ func runPeers(ctx context.Context, c Config, rep *Report) []PeerRow {
 					c.progress("%s %s (-c %d): %.0f cycles/s", prefix, name, p.W*c.K, fr.TPS)
 				}
 			}
-			river()
+			river(ld)
+			if c.Batch > 1 {
+				th("always", batched)
+				river(batched)
+			}
 			pg(2)
 		}
 		row := PeerRow{P: p.P, W: p.W, K: c.K, N: c.N, TPS: map[string]Summary{}, Lat: map[string]Summary{}, CPU: map[string]Summary{}}
@@ -390,7 +436,9 @@ func runPeers(ctx context.Context, c Config, rep *Report) []PeerRow {
 			}
 			return best
 		}
-		ratio("taskhoster always ÷ beanstalkd -f0", "taskhoster always", of("beanstalkd -f0"), 1.5)
+		ratio("taskhoster always ÷ taskhoster none", "taskhoster always", of("taskhoster none"), 0.9)
+		ratio("taskhoster always ÷ beanstalkd -f0", "taskhoster always", of("beanstalkd -f0"), 2.0)
+		ratio(batchName(c.Batch)+" ÷ "+riverBatchName(c.Batch), batchName(c.Batch), of(riverBatchName(c.Batch)), 1.0)
 		ratio("taskhoster none ÷ beanstalkd nobinlog", "taskhoster none", of("beanstalkd nobinlog"), 0)
 		ratio("taskhoster always ÷ best durable fsfloor", "taskhoster always", bestDurable, 0.8)
 		ratio("taskhoster none ÷ fsfloor none", "taskhoster none", of("fsfloor none"), 0.8)
@@ -400,20 +448,6 @@ func runPeers(ctx context.Context, c Config, rep *Report) []PeerRow {
 		ratio(PGTwoName+" ÷ 1 server", PGTwoName, of(PGOneName), 0)
 		ratio(PGOneName+" ÷ taskhoster always (files)", PGOneName, of("taskhoster always"), 0)
 		rows = append(rows, row)
-	}
-	if c.Beanstalkd == "" && c.contends("beanstalkd") {
-		rep.Notes = append(rep.Notes, "beanstalkd not given: its runs were skipped")
-	}
-	if c.Fsfloor == "" && c.contends("fsfloor") {
-		rep.Notes = append(rep.Notes, "fsfloor not given: its runs were skipped")
-	}
-	if c.DatabaseURL == "" && c.contends("postgres") {
-		rep.Notes = append(rep.Notes, "no --database-url: the runs on PostgreSQL (Taskhoster's and River's) were skipped")
-	} else if c.River == "" && c.contends("river") {
-		rep.Notes = append(rep.Notes, "river not given (--river): its runs were skipped")
-	}
-	if c.DatabaseURL != "" && c.DatabaseDir == "" {
-		rep.Notes = append(rep.Notes, "no --database-dir: the database's CPU per task is not measured")
 	}
 	return rows
 }

@@ -21,6 +21,9 @@ import (
 type Load struct {
 	N, P, W, K int
 	ItemBytes  int
+	// Batch, if above 1, has each producer post that many tasks per
+	// request (POST /{queue}/batch; River's InsertMany in its peer).
+	Batch int
 	// Timeout bounds the run; a run that has not finished by then fails.
 	Timeout time.Duration
 }
@@ -35,16 +38,13 @@ const (
 // its task with post and records the id. It returns when every task is
 // posted or the run stopped.
 func produce(ctx context.Context, l *ledger, ld Load, post func(ctx context.Context, seq int, item []byte) (string, error)) {
-	produceBatches(ctx, l, ld, 1, func(ctx context.Context, first int, items [][]byte) ([]string, error) {
-		id, err := post(ctx, first, items[0])
-		return []string{id}, err
-	})
+	produceBatches(ctx, l, ld, 1, single(post))
 }
 
 // produceBatches runs the producers: each takes the next size sequence
 // numbers (fewer at the end), posts their tasks in one request with post
 // and records the ids, which must come back one per item, in order.
-func produceBatches(ctx context.Context, l *ledger, ld Load, size int, post func(ctx context.Context, first int, items [][]byte) ([]string, error)) {
+func produceBatches(ctx context.Context, l *ledger, ld Load, size int, post batchPost) {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range ld.P {
@@ -86,9 +86,30 @@ func produceBatches(ctx context.Context, l *ledger, ld Load, size int, post func
 	wg.Wait()
 }
 
+// batchPost posts items, the tasks first, first+1, ..., in one request and
+// returns their ids in order.
+type batchPost func(ctx context.Context, first int, items [][]byte) ([]string, error)
+
+// single is post as a batchPost: one request per item, in turn (for a
+// peer without batch posts).
+func single(post func(ctx context.Context, seq int, item []byte) (string, error)) batchPost {
+	return func(ctx context.Context, first int, items [][]byte) ([]string, error) {
+		ids := make([]string, 0, len(items))
+		for i, it := range items {
+			id, err := post(ctx, first+i, it)
+			if err != nil {
+				return ids, err
+			}
+			ids = append(ids, id)
+		}
+		return ids, nil
+	}
+}
+
 // runLoad starts the workers (each a function returning when the run
 // stops), then the producers, and waits for the run to finish or time out.
-func runLoad(ctx context.Context, ld Load, l *ledger, workers []func(context.Context), post func(context.Context, int, []byte) (string, error)) (LoadRun, error) {
+// The producers post ld.Batch tasks per call of post (at least one).
+func runLoad(ctx context.Context, ld Load, l *ledger, workers []func(context.Context), post batchPost) (LoadRun, error) {
 	ctx, cancel := context.WithTimeout(ctx, ld.Timeout)
 	defer cancel()
 	go func() {
@@ -102,7 +123,7 @@ func runLoad(ctx context.Context, ld Load, l *ledger, workers []func(context.Con
 	for _, w := range workers {
 		wg.Go(func() { w(ctx) })
 	}
-	produce(ctx, l, ld, post)
+	produceBatches(ctx, l, ld, max(ld.Batch, 1), post)
 	<-l.done
 	cancel()
 	wg.Wait()
@@ -118,7 +139,7 @@ func Throughput(ctx context.Context, t Target, transport string, ld Load) (LoadR
 
 // ThroughputOn is Throughput against several servers of one queue (on one
 // database): worker w talks to ts[w % len(ts)], and the producers post
-// task seq to ts[seq % len(ts)].
+// task seq (or the batch that starts with it) to ts[seq % len(ts)].
 func ThroughputOn(ctx context.Context, ts []Target, transport string, ld Load) (LoadRun, []string, error) {
 	apis := make([]*api, len(ts))
 	for i, t := range ts {
@@ -142,16 +163,25 @@ func ThroughputOn(ctx context.Context, ts []Target, transport string, ld Load) (
 			return LoadRun{}, nil, fmt.Errorf("unknown transport %q", transport)
 		}
 	}
-	post := func(ctx context.Context, seq int, body []byte) (string, error) {
-		return apis[seq%len(apis)].post(ctx, body)
+	post := func(ctx context.Context, first int, items [][]byte) ([]string, error) {
+		a := apis[first/max(ld.Batch, 1)%len(apis)]
+		if len(items) == 1 {
+			id, err := a.post(ctx, items[0])
+			return []string{id}, err
+		}
+		return a.postBatch(ctx, items)
 	}
 	r, err := runLoad(ctx, ld, l, workers, post)
 	return r, l.ids, err
 }
 
-// socketWorker keeps k claims open on one socket: each task it is handed
-// is answered at once with a result, and when that is acknowledged the
-// worker claims again. It returns when the run stops.
+// socketWorker keeps k claims open on one socket and up to k results in
+// flight: each task it is handed is answered with a result at once, and
+// the next claim goes out right behind the result, so that claiming the
+// next task overlaps the result's flush (as client.Worker does). A task
+// that arrives while k results still wait for their acks is held until an
+// ack frees a place, and is not claimed behind: the worker never holds
+// more than 2k tasks. It returns when the run stops.
 func socketWorker(ctx context.Context, a *api, name string, k int, l *ledger) {
 	c, err := a.dial(ctx, name)
 	if err != nil {
@@ -177,9 +207,12 @@ func socketWorker(ctx context.Context, a *api, name string, k int, l *ledger) {
 		}
 		return true
 	}
-	for range k {
+	claim := func() bool {
 		ref++
-		if !send(socketClaim(ref, nil)) {
+		return send(socketClaim(ref, nil))
+	}
+	for range k {
+		if !claim() {
 			return
 		}
 	}
@@ -188,6 +221,13 @@ func socketWorker(ctx context.Context, a *api, name string, k int, l *ledger) {
 		id  string
 	}
 	inFlight := map[int64]held{} // result ref → its task
+	var waiting []held           // handed, its result not yet sent
+	// handIn sends a result and claims the next task behind it.
+	handIn := func(h held) bool {
+		ref++
+		inFlight[ref] = h
+		return send(socketResult(ref, h.id)) && claim()
+	}
 	for {
 		m, err := readMsg(c)
 		if err != nil {
@@ -202,9 +242,12 @@ func socketWorker(ctx context.Context, a *api, name string, k int, l *ledger) {
 			if !ok {
 				return
 			}
-			ref++
-			inFlight[ref] = held{seq, m.ID}
-			if !send(socketResult(ref, m.ID)) {
+			h := held{seq, m.ID}
+			if len(inFlight) >= k {
+				waiting = append(waiting, h)
+				continue
+			}
+			if !handIn(h) {
 				return
 			}
 		case "ack":
@@ -219,9 +262,12 @@ func socketWorker(ctx context.Context, a *api, name string, k int, l *ledger) {
 				return
 			}
 			l.accept(h.seq, h.id)
-			ref++
-			if !send(socketClaim(ref, nil)) {
-				return
+			if len(waiting) > 0 {
+				next := waiting[0]
+				waiting = waiting[1:]
+				if !handIn(next) {
+					return
+				}
 			}
 		default:
 			l.fail(fmt.Errorf("worker %s: unexpected message %q", name, m.Type))

@@ -107,7 +107,8 @@ func TestReadmeWalkThrough(t *testing.T) {
 	}
 }
 
-// readmeScript turns the README's sh blocks into one bash script run from
+// readmeScript turns the README's sh blocks (only those: the indented ones,
+// such as make install, are not run) into one bash script run from
 // the folder that holds bin/ and examples/, and counts the blocks it runs
 // in the background (each logs to background-N.log).
 func readmeScript(t *testing.T, readme, api string) (string, int) {
