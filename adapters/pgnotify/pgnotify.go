@@ -33,6 +33,21 @@
 // claim that finds nothing goes back to sleep, and hands its wake on only
 // while the queue has pending tasks.
 //
+// Alone. A server that is the only one on the database sends nothing:
+// its notifications would only come back to itself, and they cost the
+// database a queue write and a delivery each (a fifth of its CPU per task
+// in the bench). Once its listener LISTENs, a server looks for other
+// servers' listeners (sessions of pg_stat_activity whose last statement is
+// the same LISTEN, or that it may not see); if there are any, it sends
+// from then on and says hello, and Start waits (up to helloWait) until
+// each of them has acknowledged. A server that gets a hello sends from
+// then on, and acknowledges it after that: so by the time a new server
+// serves, every server that was there sends to it, and what they did not
+// send before is committed, for the new server's claims and watches to
+// read. Sending, once begun, never stops (a server that left costs only
+// the notifications nobody reads). Each reconnect of the listener looks
+// again, as a hello may have been missed meanwhile.
+//
 // Reconnects. When the listener's connection drops it reconnects with a
 // backoff, LISTENs again and then interrupts the hub (Hub.Interrupt):
 // every local waiting claim looks once more, since notifications may have
@@ -113,9 +128,14 @@ type Notifier struct {
 	watched sync.Map // domain.Key → *atomic.Int64: local subscriptions
 	recent  recent   // the records announced here lately (Readable)
 
+	others atomic.Bool   // another server may listen: send (Alone)
+	acks   chan struct{} // a hello of this server answered
+	sent   atomic.Int64  // notifications sent (tests)
+
 	pid      atomic.Uint32 // the listener's backend pid (tests)
 	listened chan struct{} // closed once the first LISTEN succeeded
 	listens  atomic.Int64  // how many times LISTEN succeeded
+	expected int           // the other servers Start waits for (set before listened closes)
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 }
@@ -132,7 +152,7 @@ func New(hub Hub, url string, get Getter, logger *zap.Logger) *Notifier {
 	id := hex.EncodeToString(b[:])
 	return &Notifier{
 		hub: hub, url: url, get: get, logger: logger, id: id, own: []byte(`{"s":"` + id + `",`),
-		more: make(chan struct{}, 1), listened: make(chan struct{}),
+		more: make(chan struct{}, 1), listened: make(chan struct{}), acks: make(chan struct{}, 64),
 	}
 }
 
@@ -159,11 +179,50 @@ func (n *Notifier) Start(ctx context.Context) error {
 	n.wg.Go(func() { n.listen(run) })
 	select {
 	case <-n.listened:
-		return nil
 	case <-ctx.Done():
 		n.Stop()
 		return ctx.Err()
 	}
+	// Every other server there acknowledges the hello: it sends to us now.
+	wait := time.NewTimer(helloWait)
+	defer wait.Stop()
+	for range n.expected {
+		select {
+		case <-n.acks:
+		case <-wait.C:
+			n.logger.Warn("not every other server answered this one's hello in time; carrying on")
+			return nil
+		case <-ctx.Done():
+			n.Stop()
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// helloWait bounds how long Start waits for the other servers' answers.
+const helloWait = 2 * time.Second
+
+// listenQuery is the statement a listener's session last ran, which other
+// servers look for in pg_stat_activity.
+var listenQuery = "LISTEN " + pgx.Identifier{Channel}.Sanitize()
+
+// lookAround counts the other sessions of this database that may be
+// another server's listener (see Alone); if there are any, this server
+// sends from now on and says hello.
+func (n *Notifier) lookAround(ctx context.Context) (int, error) {
+	var others int
+	err := n.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> $1 AND backend_type = 'client backend'
+		AND (query = $2 OR query IS NULL OR query = '<insufficient privilege>')`, int64(n.pid.Load()), listenQuery).Scan(&others)
+	if err != nil {
+		return 0, err
+	}
+	if others > 0 {
+		n.others.Store(true)
+		n.enqueue(message{Hello: true})
+	}
+	return others, nil
 }
 
 // Stop sends what is still queued (for a second at most), stops the
@@ -202,6 +261,8 @@ type message struct {
 	Cause     string          `json:"c,omitempty"`
 	Claimable bool            `json:"cl,omitempty"`
 	Task      json.RawMessage `json:"t,omitempty"`
+	Hello     bool            `json:"hi,omitempty"`  // a server begins to listen (Alone)
+	Ack       string          `json:"ack,omitempty"` // the id of the server whose hello this answers
 }
 
 // Publish hands ev to the local hub and queues its notification.
@@ -257,8 +318,12 @@ func (n *Notifier) watchedHere(k domain.Key) bool {
 	return ok && c.(*atomic.Int64).Load() > 0
 }
 
-// enqueue encodes m (without its record if that is too long) and queues it.
+// enqueue encodes m (without its record if that is too long) and queues
+// it, unless this server is alone (see Alone).
 func (n *Notifier) enqueue(m message) {
+	if !n.others.Load() {
+		return
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.seq++
@@ -305,6 +370,7 @@ func (n *Notifier) send(ctx context.Context) {
 			for attempt := 0; ; attempt++ {
 				_, err := n.pool.Exec(ctx, "SELECT pg_notify($1, p) FROM unnest($2::text[]) WITH ORDINALITY AS u(p, i) ORDER BY i", Channel, payloads)
 				if err == nil {
+					n.sent.Add(int64(len(payloads)))
 					break
 				}
 				if ctx.Err() != nil {
@@ -361,7 +427,12 @@ func (n *Notifier) listenOnce(ctx context.Context) (listened bool, err error) {
 		return false, err
 	}
 	n.pid.Store(conn.PgConn().PID())
+	others, err := n.lookAround(ctx)
+	if err != nil {
+		return true, err
+	}
 	if n.listens.Add(1) == 1 {
+		n.expected = others
 		close(n.listened)
 	} else {
 		// Notifications sent while no connection listened are lost: every
@@ -390,6 +461,23 @@ func (n *Notifier) receive(ctx context.Context, payload []byte) {
 		return
 	}
 	if m.Server == n.id {
+		return
+	}
+	switch {
+	case m.Hello:
+		// Send from now on, then answer: every notification after the
+		// answer reaches the new server.
+		n.others.Store(true)
+		n.enqueue(message{Ack: m.Server})
+		return
+	case m.Ack != "":
+		n.others.Store(true)
+		if m.Ack == n.id {
+			select {
+			case n.acks <- struct{}{}:
+			default:
+			}
+		}
 		return
 	}
 	q := domain.QueueRef{Host: m.Host, Queue: m.Queue}
@@ -435,6 +523,13 @@ func (n *Notifier) receive(ctx context.Context, payload []byte) {
 	n.hub.Publish(ev)
 	n.recent.add(k, domain.EncodeTask(t))
 }
+
+// Others reports whether another server may listen on the database
+// (see Alone): once true, it stays true.
+func (n *Notifier) Others() bool { return n.others.Load() }
+
+// Sent is how many notifications this server has sent (tests).
+func (n *Notifier) Sent() int64 { return n.sent.Load() }
 
 // ListenerPID is the backend pid of the listener's connection (0 before
 // the first LISTEN), for tests that cut it.

@@ -228,3 +228,23 @@ func TestListenerReconnects(t *testing.T) {
 	a.Publish(posted(1))
 	woken(t, done, 5*time.Second, "after the reconnect a post on A did not wake B")
 }
+
+// A server alone on its database sends nothing: its notifications would
+// only come back to itself. Once a second server has started, the first
+// sends to it: a post there wakes a claim waiting on the second.
+func TestAloneSendsNothingUntilAnotherServerStarts(t *testing.T) {
+	url := pgtest.Database(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a := start(t, url, nil)
+	// Alone, a server queues nothing to send at all.
+	a.Publish(posted(0))
+	a.Wake(resize, 1)
+	if n := a.Sent(); n != 0 {
+		t.Errorf("alone, the server sent %d notifications, want none", n)
+	}
+	b := start(t, url, nil)
+	_, done := parked(t, ctx, b)
+	a.Publish(posted(1))
+	woken(t, done, 10*time.Second, "a post on the first server did not wake a claim on the second, started after it")
+}

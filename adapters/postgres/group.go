@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,7 +77,8 @@ type op struct {
 	ticketed bool
 	ticket   uint64
 	logged   func() // the staged line's, to call once committed
-	write    int    // the index of its write in the second round trip
+	// heldPending: the record the batch locked for it was pending.
+	heldPending bool
 }
 
 // group collects the changes waiting for a leader.
@@ -167,6 +169,11 @@ func (s *Store) batch(ops []*op) {
 		everyAlone(live)
 		return
 	}
+	// The pending rows this batch locked and let go unchanged, by queue:
+	// woken for once the transaction is over (the deferred calls run in
+	// reverse order: the rollback first).
+	release := map[domain.QueueRef]int{}
+	defer s.release(release)
 	tx := &txn{conn: conn}
 	defer tx.rollback()
 
@@ -231,23 +238,13 @@ func (s *Store) batch(ops []*op) {
 		}
 		for _, ref := range queues {
 			cs := claims[ref]
-			now := cs[0].now // the earliest: no task is claimed before its time
+			// The latest now of the batch's claims: a task come due by then
+			// is taken (assign gives each row to a claim whose own now it is
+			// claimable at), so that a claim woken for a task just come due
+			// finds it even beside claims that looked a moment earlier.
+			now := cs[0].now
 			for _, o := range cs {
-				now = min(now, o.now)
-			}
-			q := s.queue(ref)
-			if from, ok := q.advance(now); ok {
-				m := &moved{ref: ref, from: from, to: now}
-				advanced = append(advanced, m)
-				b.Queue(`SELECT count(*) FROM tasks WHERE `+dueBetween, ref.Host, ref.Queue, now, from).QueryRow(func(r pgx.Row) error {
-					var n int
-					if err := r.Scan(&n); err != nil {
-						return err
-					}
-					q.addDue(n)
-					m.counted = true
-					return nil
-				})
+				now = max(now, o.now)
 			}
 			held := []string{} // this batch's updates of the queue hold these rows already
 			for _, o := range updates {
@@ -255,17 +252,40 @@ func (s *Store) batch(ops []*op) {
 					held = append(held, o.key.ID)
 				}
 			}
-			b.Queue(`SELECT record FROM tasks WHERE `+claimable+` AND NOT (id = ANY($4))
-				ORDER BY priority DESC, eligible_at, id LIMIT $5 FOR UPDATE SKIP LOCKED`,
-				ref.Host, ref.Queue, now, held, len(cs)).Query(func(r pgx.Rows) error {
+			scan := func(r pgx.Rows, dest ...any) error {
 				for r.Next() {
 					var data []byte
-					if err := r.Scan(&data); err != nil {
+					if err := r.Scan(append(dest, &data)...); err != nil {
 						return err
 					}
-					claimed[ref] = append(claimed[ref], data)
+					if data != nil {
+						claimed[ref] = append(claimed[ref], data)
+					}
 				}
 				return r.Err()
+			}
+			const first = `SELECT record FROM tasks WHERE ` + claimable + ` AND NOT (id = ANY($4))
+				ORDER BY priority DESC, eligible_at, id LIMIT $5 FOR UPDATE SKIP LOCKED`
+			q := s.queue(ref)
+			from, ok := q.advance(now)
+			if !ok {
+				b.Queue(first, ref.Host, ref.Queue, now, held, len(cs)).Query(func(r pgx.Rows) error { return scan(r) })
+				continue
+			}
+			// With the count of the tasks come due since the queue's last
+			// look, in the same statement: a row per task claimed, or one
+			// with no record.
+			m := &moved{ref: ref, from: from, to: now}
+			advanced = append(advanced, m)
+			b.Queue(`SELECT d.n, c.record FROM (SELECT count(*) AS n FROM tasks WHERE `+strings.ReplaceAll(dueBetween, "$4", "$6")+`) d
+				LEFT JOIN LATERAL (`+first+`) c ON true`, ref.Host, ref.Queue, now, held, len(cs), from).Query(func(r pgx.Rows) error {
+				var n int
+				if err := scan(r, &n); err != nil {
+					return err
+				}
+				q.addDue(n)
+				m.counted = true
+				return nil
 			})
 		}
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
@@ -273,65 +293,106 @@ func (s *Store) batch(ops []*op) {
 				s.retries.Add(1) // each change is run again, alone
 			}
 			recount()
-			everyAlone(live)
-			return
-		}
-	} else {
-		// Posts only: BEGIN goes with the writes.
-		b := &pgx.Batch{}
-		b.Queue("BEGIN")
-		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			for ref, rows := range claimed {
+				release[ref] += len(rows)
+			}
 			everyAlone(live)
 			return
 		}
 	}
 
-	// fn decides each change on its locked record.
+	// fn decides each change on its locked record; the writes go into
+	// arrays, one statement for the posts and one for the updates (rows.go),
+	// after the bodies archived.
 	w := &pgx.Batch{}
+	if len(updates) == 0 && len(queues) == 0 {
+		w.Queue("BEGIN") // posts only: no lock to take first
+	}
+	// The claims' rows, pending until COMMIT, are held (see HasPending)
+	// until just before COMMIT is sent, or the batch ends without it.
+	for ref, rows := range claimed {
+		s.queue(ref).hold(len(rows))
+	}
+	unheld := false
+	unhold := func() {
+		if !unheld {
+			unheld = true
+			for ref, rows := range claimed {
+				s.queue(ref).unhold(len(rows))
+			}
+		}
+	}
+	defer unhold() // before the deferred rollback lets the rows go
+
+	given := map[*op]domain.Task{}
+	for ref, rows := range claimed {
+		let := assign(claims[ref], rows, given)
+		release[ref] += let
+	}
+	var posts postRows
+	var changes changeRows
 	for _, o := range live {
-		var data []byte
+		var cur domain.Task
 		switch o.kind {
 		case opCreate:
-			s.queueCreate(w, o)
+			s.addCreate(&posts, o)
 			continue
 		case opUpdate:
-			var ok bool
-			if data, ok = rows[o.key]; !ok {
+			data, ok := rows[o.key]
+			if !ok {
 				o.err = domain.ErrNotFound
+				continue
+			}
+			if cur, err = decode(data); err != nil {
+				o.err = err
 				continue
 			}
 		case opClaim:
-			if len(claimed[o.ref]) == 0 {
+			var ok bool
+			if cur, ok = given[o]; !ok {
 				o.err = domain.ErrNotFound
 				continue
 			}
-			data = claimed[o.ref][0]
-			claimed[o.ref] = claimed[o.ref][1:]
 		}
-		cur, err := decode(data)
-		if err != nil {
-			o.err = err
-			continue
+		o.heldPending = cur.Status == domain.Pending
+		// A pending row let go unchanged wakes a claim (see release).
+		letGo := func() {
+			if cur.Status == domain.Pending {
+				release[domain.KeyOf(cur).Ref()]++
+			}
 		}
 		next := cur.Clone()
 		if err := o.fn(&next); err != nil {
 			o.out, o.err = cur, err
+			letGo()
 			continue
 		}
 		stored, data, err := checkUpdate(cur, next)
 		if err != nil {
 			o.out, o.err = cur, err
+			letGo()
 			continue
+		}
+		if s.staged != nil {
+			if ev, archive, logged, ok := s.staged(o.ctx); ok {
+				var archived []string
+				if archive {
+					if archived, err = queueBodies(w, ev); err != nil {
+						o.out, o.err = cur, err
+						letGo()
+						continue
+					}
+				}
+				changes.lines.add(ev, archived)
+				o.logged = logged
+			}
 		}
 		o.out = stored
-		o.write = w.Len()
-		w.Queue(updateRow, row(stored, data)...)
-		if o.logged, err = s.stageLine(o.ctx, w); err != nil {
-			o.err = err
-			continue
-		}
+		changes.tasks.add(stored, data)
 		o.stored = true
 	}
+	posts.queue(w)
+	changes.queue(w)
 	// The tickets, in batch order, while the rows are held.
 	for _, o := range live {
 		if o.stored {
@@ -339,13 +400,18 @@ func (s *Store) batch(ops []*op) {
 			o.ticketed = true
 		}
 	}
-	if w.Len() == 0 {
+	if len(posts.ops) == 0 && changes.tasks.len() == 0 {
 		return // refusals only: nothing to write (the deferred rollback ends tx)
 	}
 
 	// The second round trip: the writes and COMMIT.
-	tags, err := tx.commitTags(ctx, w)
-	if err != nil {
+	unhold()
+	if err := tx.commit(ctx, w); err != nil {
+		for _, o := range live {
+			if o.stored && o.heldPending {
+				release[domain.KeyOf(o.out).Ref()]++
+			}
+		}
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) {
 			if retryable(err) {
@@ -362,7 +428,7 @@ func (s *Store) batch(ops []*op) {
 		return
 	}
 	for _, o := range live {
-		if o.kind == opCreate && o.stored && tags[o.write].RowsAffected() == 0 {
+		if o.kind == opCreate && o.stored && !posts.created[o.key] {
 			o.stored, o.alone = false, true // a taken id or key: alone, it says which
 		}
 		if o.stored && o.logged != nil {
@@ -371,28 +437,72 @@ func (s *Store) batch(ops []*op) {
 	}
 }
 
-// queueCreate queues o's INSERT, and its line when one is staged, as one
-// statement that inserts nothing when the id or the idempotency key is
-// taken (the caller then runs the create alone, which says which).
-func (s *Store) queueCreate(w *pgx.Batch, o *op) {
+// assign gives the rows a batch's claims of one queue locked (in claim
+// order) to those claims: each row to the first claim, in batch order, not
+// given one yet whose own now the task is claimable at, so that no claim
+// takes a task before its time. It returns how many rows were left over.
+func assign(cs []*op, rows [][]byte, given map[*op]domain.Task) (left int) {
+	next := 0 // cs[:next] all have a row
+	for _, data := range rows {
+		t, err := decode(data)
+		taken := false
+		for i := next; err == nil && i < len(cs); i++ {
+			o := cs[i]
+			if _, ok := given[o]; ok || (t.NotBefore != nil && *t.NotBefore > o.now) {
+				continue
+			}
+			given[o], taken = t, true
+			for next < len(cs) {
+				if _, ok := given[cs[next]]; !ok {
+					break
+				}
+				next++
+			}
+			break
+		}
+		if !taken {
+			left++
+		}
+	}
+	return left
+}
+
+// release has claims woken for n pending tasks of each queue that a
+// transaction held and let go unchanged (a claim refused or rolled back, a
+// change refused). HasPending leaves out the rows claims hold, so a wake
+// handed on while the row was held stopped short: without this the task
+// could sit pending while claims wait.
+func (s *Store) release(n map[domain.QueueRef]int) {
+	if s.onRelease == nil {
+		return
+	}
+	for ref, k := range n {
+		if k > 0 {
+			s.onRelease(ref, k)
+		}
+	}
+}
+
+// OnRelease has the store call wake(ref, n) once a transaction let go n
+// pending tasks of ref it held (see release): the Notifier's Wake. Call
+// it before serving.
+func (s *Store) OnRelease(wake func(ref domain.QueueRef, n int)) { s.onRelease = wake }
+
+// addCreate adds o's post, and its line when one is staged, to posts. A
+// post whose event archives bodies is run alone (its bodies are
+// statements of their own).
+func (s *Store) addCreate(posts *postRows, o *op) {
 	if s.staged != nil {
 		if ev, archive, logged, ok := s.staged(o.ctx); ok {
 			if archive {
-				o.alone = true // the bodies are statements of their own
+				o.alone = true
 				return
 			}
-			o.write = w.Len()
-			w.Queue(`WITH task AS (
-					INSERT INTO tasks (`+columns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-					ON CONFLICT DO NOTHING RETURNING 1)
-				`+insertLineSQL+` SELECT $12, $1, $2, $3, $13 FROM task`,
-				append(row(o.task, o.data), lineArgs(ev)...)...)
-			o.out, o.logged, o.stored = o.task, logged, true
-			return
+			posts.lines.add(ev, nil)
+			o.logged = logged
 		}
 	}
-	o.write = w.Len()
-	w.Queue(`INSERT INTO tasks (`+columns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING`, row(o.task, o.data)...)
+	posts.add(o)
 	o.out, o.stored = o.task, true
 }
 

@@ -171,7 +171,7 @@ func (l *Log) placeSome(ctx context.Context) (int, error) {
 		offs[i] = sizes[days[i]]
 		sizes[days[i]] += lens[i]
 	}
-	if _, err := tx.Exec(ctx, `UPDATE event_lines e SET off = v.off FROM unnest($1::bigint[], $2::bigint[]) AS v(seq, off) WHERE e.seq = v.seq`, seqs, offs); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE event_lines e SET off = v.off FROM unnest($1::bigint[], $2::bigint[]) AS v(seq, off) WHERE e.seq = v.seq AND e.off IS NULL`, seqs, offs); err != nil {
 		return 0, err
 	}
 	for d, size := range sizes {

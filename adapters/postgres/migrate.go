@@ -72,8 +72,8 @@ var migrations = []string{
 	);
 	CREATE INDEX payloads_modified ON payloads (modified);`,
 	// 4: the item as jsonb, for claim queries in SQL (query.go). Written
-	// by a trigger on INSERT only, as an item never changes after it is
-	// posted; NULL when jsonb cannot hold it (a \u0000, a lone surrogate)
+	// on INSERT only (by a trigger until migration 5, then by the INSERT
+	// itself), as an item never changes after it is posted; NULL when jsonb cannot hold it (a \u0000, a lone surrogate)
 	// or it is null (which a store reads back as no item at all), and such
 	// a task is always tested in Go. The GIN index answers
 	// containment (item @> '{"kind":"image"}'); tasks_item_other holds the
@@ -102,6 +102,24 @@ var migrations = []string{
 	-- Without statistics on the item's type the planner takes "not an
 	-- object" for nearly every row and never uses the two indexes.
 	CREATE STATISTICS tasks_item_type ON (jsonb_typeof(item)) FROM tasks;`,
+	// 5: the INSERT writes item itself (rows.go, itemArg), calling
+	// taskhoster_item only for an item jsonb might refuse: the trigger
+	// ran that function, and its exception block's subtransaction, for
+	// every post.
+	`DROP TRIGGER tasks_item ON tasks;
+	DROP FUNCTION tasks_set_item();`,
+	// 6: fewer index entries per write. An event line is inserted without
+	// an offset and placed later: the index of offsets now holds placed
+	// lines only, and seq, unique by its sequence, keeps only the index of
+	// the lines to place, so an insert writes one index entry, not three.
+	// A task's row gets a new version at every change; pending versions no
+	// longer go into the index of processing and done tasks (List and Each
+	// of those name their stage).
+	`ALTER TABLE event_lines DROP CONSTRAINT event_lines_pkey;
+	DROP INDEX event_lines_off;
+	CREATE UNIQUE INDEX event_lines_off ON event_lines (day, off) WHERE off IS NOT NULL;
+	DROP INDEX tasks_posted;
+	CREATE INDEX tasks_posted ON tasks (host, queue, stage, posted_at, id) WHERE stage > 0;`,
 }
 
 // migrationLock is the advisory lock key that serialises migrations: any

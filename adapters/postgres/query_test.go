@@ -132,8 +132,11 @@ func newProbe(tb testing.TB, items []string) *probe {
 	p := &probe{s: s, items: items, null: map[int]bool{}}
 	for n, item := range items {
 		t, _ := domain.Post(fmt.Sprintf("%016x", n), "task.example.com", "q", json.RawMessage(item), "alice", epoch)
+		// The item as a post writes it (insertTask).
+		text, unsure := itemArg(t)
 		var isNull bool
-		if err := s.pool.QueryRow(ctx, `INSERT INTO probe VALUES ($1, taskhoster_item($2)) RETURNING item IS NULL`, n, domain.EncodeTask(t)).Scan(&isNull); err != nil {
+		if err := s.pool.QueryRow(ctx, `INSERT INTO probe VALUES ($1, `+itemSQL("$3::text", "$4::bool", "$2")+`) RETURNING item IS NULL`,
+			n, domain.EncodeTask(t), text, unsure).Scan(&isNull); err != nil {
 			tb.Fatalf("item %s: %v", item, err)
 		}
 		p.null[n] = isNull
@@ -190,6 +193,45 @@ func probeItems() []string {
 		items = append(items, RandomItem(rng, 3))
 	}
 	return items
+}
+
+// A post writes the item column as taskhoster_item reads it from the
+// record (the trigger before migration 5 did that): jsonb for what jsonb
+// holds, NULL for the rest, never a refused statement.
+func TestItemColumnAsTheFunctionReadsIt(t *testing.T) {
+	s, err := Open(context.Background(), pgtest.Database(t))
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	defer s.Close()
+	deep := strings.Repeat("[", 100) + strings.Repeat("]", 100)
+	items := append(probeItems(), `null`, `"x"`, `12345678901234567890123456789012345678901234567890123456789012345678901234567890123456789012345678901234567890`,
+		`{"a":"\\u0000 is no escape"}`, `{"a":"\u00e9"}`, `[1.5e-300000]`, deep, `{"e":"1e5","n":-0.5}`, `{"a":"]]]]"}`)
+	for n, item := range items {
+		task, _ := domain.Post(fmt.Sprintf("%016x", n), "task.example.com", "q", json.RawMessage(item), "alice", epoch)
+		stored, data, err := checkNew(task)
+		if err != nil {
+			continue // not an item a post can hold
+		}
+		text, unsure := itemArg(stored)
+		var same bool
+		var written, read *string
+		if err := s.pool.QueryRow(context.Background(), `SELECT w IS NOT DISTINCT FROM r, w::text, r::text
+			FROM (SELECT `+itemSQL("$2::text", "$3::bool", "$1")+` AS w, taskhoster_item($1) AS r) x`,
+			data, text, unsure).Scan(&same, &written, &read); err != nil {
+			t.Fatalf("item %s: %v", item, err)
+		}
+		if !same {
+			t.Errorf("item %s: written %v, the function reads %v", item, deref(written), deref(read))
+		}
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "NULL"
+	}
+	return *s
 }
 
 // Every contract query, and many random ones, against items as the tasks

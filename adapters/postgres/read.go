@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
 )
@@ -108,29 +107,63 @@ func (s *Store) Counts(ref domain.QueueRef) ports.Counts {
 }
 
 // HasPending reports whether ref has a pending task (delayed or not) that
-// no transaction holds: the hub asks it each time a woken claim found
-// nothing (notify.WithPending), to hand the wake on only while there is
-// something to take. Counts(ref).Pending > 0 would count the tasks that
+// no claim of this Store holds: the hub asks it each time a woken claim
+// found nothing (notify.WithPending), to hand the wake on only while there
+// is something to take. Counts(ref).Pending > 0 would count the tasks that
 // claims in flight hold too, so that under load every futile wake went
-// down the whole line of waiting claims, each finding nothing. Holding a
-// task's row takes a lock, so this takes one (FOR KEY SHARE, which every
-// claim's FOR UPDATE conflicts with, SKIP LOCKED) and rolls it back at
-// once: one round trip, nothing to flush. A database that cannot be
-// reached has none.
+// down the whole line of waiting claims, each finding nothing.
+//
+// One statement, no lock: it counts the pending rows, up to one more than
+// this Store's claim batches hold (queue.hold), and says yes if there are
+// more than those claims held throughout its snapshot. held is read with
+// unheld before the count and unheld again after: held less the rows let
+// go meanwhile were held (and so pending) across the snapshot, so a
+// pending row beyond them may be free. A row a claim held that then went
+// back to pending wakes a claim of its own (release); one another
+// server's claim holds would count as pending here (a wake handed on in
+// vain), so when SharedWith says other servers may be there a row lock
+// tells instead (unlockedPending). A database that cannot be reached has
+// none.
 func (s *Store) HasPending(ref domain.QueueRef) bool {
 	ctx, cancel := shortCtx()
 	defer cancel()
-	var pending bool
+	if s.shared != nil && s.shared() {
+		return s.unlockedPending(ctx, ref)
+	}
+	q := s.queue(ref)
+	held, unheld := q.holding()
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM tasks WHERE host = $1 AND queue = $2 AND status = 'pending' LIMIT $3) t`,
+		ref.Host, ref.Queue, held+1).Scan(&n)
+	if err != nil {
+		return false
+	}
+	_, after := q.holding()
+	return n > held-(after-unheld)
+}
+
+// unlockedPending is HasPending with other servers on the database, whose
+// claims' rows this Store cannot count: a row lock tells (FOR KEY SHARE,
+// which every claim's FOR UPDATE conflicts with, SKIP LOCKED, rolled back
+// at once: one round trip, but an xid and a tuple lock).
+func (s *Store) unlockedPending(ctx context.Context, ref domain.QueueRef) bool {
+	var free bool
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	b.Queue(`SELECT EXISTS (SELECT 1 FROM (SELECT 1 FROM tasks WHERE host = $1 AND queue = $2 AND status = 'pending'
-		LIMIT 1 FOR KEY SHARE SKIP LOCKED) t)`, ref.Host, ref.Queue).QueryRow(func(r pgx.Row) error { return r.Scan(&pending) })
+		LIMIT 1 FOR KEY SHARE SKIP LOCKED) t)`, ref.Host, ref.Queue).QueryRow(func(r pgx.Row) error { return r.Scan(&free) })
 	b.Queue("ROLLBACK")
 	if s.pool.SendBatch(ctx, b).Close() != nil {
 		return false
 	}
-	return pending
+	return free
 }
+
+// SharedWith tells the store whether other servers may share its
+// database (pgnotify.Notifier.Others): HasPending then asks the database
+// whether their claims hold the pending rows it counts. Call it before
+// serving.
+func (s *Store) SharedWith(others func() bool) { s.shared = others }
 
 // Each reads a page of eachFirst records first, then pages four times as
 // large up to eachPage: the sweep stops at the first pending task too
@@ -195,8 +228,9 @@ func (s *Store) page(ctx context.Context, ref domain.QueueRef, st domain.Stage, 
 	if st == domain.StagePending {
 		query += ` AND status = 'pending'` // the partial index tasks_pending
 	} else {
-		args = append(args, int16(st))
-		query += ` AND stage = $3`
+		// A literal, so that every plan may use the partial index
+		// tasks_posted (stage > 0).
+		query += fmt.Sprintf(` AND stage = %d`, st)
 	}
 	if status != "" {
 		args = append(args, string(status))

@@ -102,6 +102,10 @@ type Store struct {
 	group group // changes waiting for a batch (group.go)
 
 	onRead ReadHook // nil: none (tasks.go, Get)
+
+	onRelease func(domain.QueueRef, int) // nil: none (group.go, release)
+
+	shared func() bool // nil: no other server (read.go, HasPending)
 }
 
 // Open connects to the database at url (a postgres:// URL or a key=value
@@ -142,6 +146,32 @@ type queue struct {
 	mu     sync.Mutex
 	looked int64 // the latest now (ms) given to ClaimNext or Due
 	due    int   // tasks become claimable since the last Due
+	// held is how many pending rows this Store's claim batches hold now,
+	// unheld how many they have let go of in all (HasPending).
+	held, unheld int64
+}
+
+// hold counts n pending rows a claim batch locked.
+func (q *queue) hold(n int) {
+	q.mu.Lock()
+	q.held += int64(n)
+	q.mu.Unlock()
+}
+
+// unhold counts n of them let go, just before their COMMIT is sent (or the
+// batch ends without one).
+func (q *queue) unhold(n int) {
+	q.mu.Lock()
+	q.held -= int64(n)
+	q.unheld += int64(n)
+	q.mu.Unlock()
+}
+
+// holding is held and unheld, read together.
+func (q *queue) holding() (held, unheld int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.held, q.unheld
 }
 
 func (s *Store) queue(ref domain.QueueRef) *queue {

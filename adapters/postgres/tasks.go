@@ -15,7 +15,8 @@ import (
 // columns are a task's columns in the order row gives their values.
 const columns = `host, queue, id, status, stage, priority, eligible_at, not_before, posted_at, idempotency_key, record`
 
-// row is the column values of t, whose stored form is data.
+// row is the column values of t, whose stored form is data, in the
+// order of columns.
 func row(t domain.Task, data []byte) []any {
 	var key *string
 	if t.IdempotencyKey != "" {
@@ -23,6 +24,15 @@ func row(t domain.Task, data []byte) []any {
 	}
 	return []any{t.Host, t.Queue, t.ID, string(t.Status), int16(t.Status.Stage()), int64(t.Priority),
 		t.EligibleAt(), t.NotBefore, t.PostedAt, key, data}
+}
+
+// insertTask inserts one task: row's values, then itemArg's ($12, $13).
+var insertTask = `INSERT INTO tasks (` + columns + `, item) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, ` + itemSQL("$12::text", "$13::bool", "$11") + `)`
+
+// insertArgs are insertTask's arguments.
+func insertArgs(t domain.Task, data []byte) []any {
+	item, unsure := itemArg(t)
+	return append(row(t, data), item, unsure)
 }
 
 // decode rebuilds a record read from the database.
@@ -70,7 +80,7 @@ func (s *Store) createAlone(ctx context.Context, stored domain.Task, data []byte
 	}
 	q := s.queue(domain.KeyOf(stored).Ref())
 	ticket := q.seq.take(stored.ID)
-	_, err := s.pool.Exec(ctx, `INSERT INTO tasks (`+columns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, row(stored, data)...)
+	_, err := s.pool.Exec(ctx, insertTask, insertArgs(stored, data)...)
 	if err != nil {
 		_ = q.seq.run(ticket, stored.ID, nil)
 		return createFailed(stored.ID, err)
@@ -84,10 +94,9 @@ func (s *Store) createLogged(ctx context.Context, stored domain.Task, data []byt
 	if ev, archive, logged, ok := s.staged(ctx); ok && !archive {
 		q := s.queue(domain.KeyOf(stored).Ref())
 		ticket := q.seq.take(stored.ID)
-		_, err := s.pool.Exec(ctx, `WITH task AS (
-				INSERT INTO tasks (`+columns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING 1)
-			`+insertLineSQL+` SELECT $12, $1, $2, $3, $13 FROM task`,
-			append(row(stored, data), lineArgs(ev)...)...)
+		_, err := s.pool.Exec(ctx, `WITH task AS (`+insertTask+` RETURNING 1)
+			`+insertLineSQL+` SELECT $14, $1, $2, $3, $15 FROM task`,
+			append(insertArgs(stored, data), lineArgs(ev)...)...)
 		if err != nil {
 			_ = q.seq.run(ticket, stored.ID, nil)
 			return createFailed(stored.ID, err)
@@ -99,7 +108,7 @@ func (s *Store) createLogged(ctx context.Context, stored domain.Task, data []byt
 	// one implicit transaction.
 	q := s.queue(domain.KeyOf(stored).Ref())
 	b := &pgx.Batch{}
-	b.Queue(`INSERT INTO tasks (`+columns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, row(stored, data)...)
+	b.Queue(insertTask, insertArgs(stored, data)...)
 	logged, err := s.stageLine(ctx, b)
 	if err != nil {
 		return err
@@ -234,30 +243,42 @@ func (s *Store) change(ctx context.Context, tx *txn, data []byte, fn func(*domai
 	next := cur.Clone()
 	if err := fn(&next); err != nil {
 		tx.rollback()
+		s.letGo(cur)
 		return cur, err
 	}
 	stored, data, err := checkUpdate(cur, next)
 	if err != nil {
 		tx.rollback()
+		s.letGo(cur)
 		return cur, err
 	}
 	b := &pgx.Batch{}
 	b.Queue(updateRow, row(stored, data)...)
-	return stored, s.commit(ctx, tx, b, stored, func() error { return then.Call(stored) })
+	return stored, s.commit(ctx, tx, b, cur, stored, func() error { return then.Call(stored) })
+}
+
+// letGo wakes a claim for cur if it is pending: its transaction held it
+// and let it go unchanged (see release).
+func (s *Store) letGo(cur domain.Task) {
+	if cur.Status == domain.Pending {
+		s.release(map[domain.QueueRef]int{domain.KeyOf(cur).Ref(): 1})
+	}
 }
 
 // commit queues the change's line in b, commits b in tx (the change of
-// t), and runs then (stored) in t's queue's turn.
-func (s *Store) commit(ctx context.Context, tx *txn, b *pgx.Batch, t domain.Task, then func() error) error {
+// the record cur into t), and runs then (stored) in t's queue's turn.
+func (s *Store) commit(ctx context.Context, tx *txn, b *pgx.Batch, cur, t domain.Task, then func() error) error {
 	logged, err := s.stageLine(ctx, b)
 	if err != nil {
 		tx.rollback()
+		s.letGo(cur)
 		return err
 	}
 	q := s.queue(domain.KeyOf(t).Ref())
 	ticket := q.seq.take(t.ID)
 	if err := tx.commit(ctx, b); err != nil {
 		_ = q.seq.run(ticket, t.ID, nil)
+		s.letGo(cur)
 		return fail("commit task "+t.ID, err)
 	}
 	if logged != nil {
@@ -469,12 +490,13 @@ func (s *Store) Delete(ctx context.Context, k domain.Key, check func(domain.Task
 		if check != nil {
 			if err := check(cur.Clone()); err != nil {
 				tx.rollback()
+				s.letGo(cur)
 				return struct{}{}, err
 			}
 		}
 		b := &pgx.Batch{}
 		b.Queue(`DELETE FROM tasks WHERE host = $1 AND queue = $2 AND id = $3`, k.Host, k.Queue, k.ID)
-		return struct{}{}, s.commit(ctx, tx, b, cur, func() error { return then.Call(cur) })
+		return struct{}{}, s.commit(ctx, tx, b, cur, cur, func() error { return then.Call(cur) })
 	})
 	return err
 }

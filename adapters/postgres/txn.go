@@ -55,42 +55,25 @@ func (s *Store) lock(ctx context.Context, query string, args []any, dest ...any)
 	return t, nil
 }
 
-// commit runs the statements queued in b and COMMIT in one round trip, and
-// ends the txn.
+// commit runs the statements queued in b (and their callbacks) and
+// COMMIT in one round trip, and ends the txn.
 func (t *txn) commit(ctx context.Context, b *pgx.Batch) error {
-	_, err := t.commitTags(ctx, b)
-	return err
-}
-
-// commitTags is commit, returning what each statement of b did.
-func (t *txn) commitTags(ctx context.Context, b *pgx.Batch) ([]pgconn.CommandTag, error) {
-	n := b.Len()
-	b.Queue("COMMIT")
-	br := t.conn.SendBatch(ctx, b)
-	tags := make([]pgconn.CommandTag, n)
-	var err error
-	for i := range n {
-		if tags[i], err = br.Exec(); err != nil {
-			break
-		}
-	}
 	var tag pgconn.CommandTag
-	if err == nil {
-		tag, err = br.Exec()
-	}
-	if closeErr := br.Close(); err == nil {
-		err = closeErr
-	}
+	b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error {
+		tag = ct
+		return nil
+	})
+	err := t.conn.SendBatch(ctx, b).Close()
 	if err == nil && tag.String() != "COMMIT" {
 		err = pgx.ErrTxCommitRollback // the transaction had failed: COMMIT rolled back
 	}
 	if err != nil {
 		t.rollback()
-		return nil, err
+		return err
 	}
 	t.conn.Release()
 	t.conn = nil
-	return tags, nil
+	return nil
 }
 
 // rollback ends the txn without committing and gives the connection back.

@@ -329,6 +329,16 @@ var NotifyModule = fx.Module("notify",
 		if r, ok := repo.(interface{ OnRead(postgres.ReadHook) }); ok {
 			r.OnRead(n.Readable)
 		}
+		// A pending task a transaction held and let go wakes a claim here or
+		// on another server (postgres.Store.OnRelease).
+		if r, ok := repo.(interface{ OnRelease(func(domain.QueueRef, int)) }); ok {
+			r.OnRelease(n.Wake)
+		}
+		// With other servers there, HasPending asks whether their claims
+		// hold the pending tasks it counts.
+		if r, ok := repo.(interface{ SharedWith(func() bool) }); ok {
+			r.SharedWith(n.Others)
+		}
 		lc.Append(fx.StartStopHook(n.Start, n.Stop))
 		return n
 	}),

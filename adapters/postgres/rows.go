@@ -1,0 +1,213 @@
+package postgres
+
+import (
+	"bytes"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/taskhoster/taskhoster/adapters/eventlog"
+	"github.com/taskhoster/taskhoster/domain"
+)
+
+// A batch's writes as arrays (group.go): its posts in one INSERT, its
+// updates in one UPDATE with their event lines, each reading its rows from
+// unnest of one array per column. One statement per batch instead of two
+// or three per change: the database parses, plans and runs each statement
+// once for the lot, which is most of what a small change costs it.
+
+// tasksColumns are the values of tasks' columns, one array each, in the
+// order of columns.
+type tasksColumns struct {
+	hosts, queues, ids, statuses []string
+	stages                       []int16
+	priorities, eligible         []int64
+	notBefore                    []*int64
+	posted                       []int64
+	keys                         []*string
+	records                      [][]byte
+}
+
+func (c *tasksColumns) add(t domain.Task, data []byte) {
+	var key *string
+	if t.IdempotencyKey != "" {
+		key = &t.IdempotencyKey
+	}
+	c.hosts, c.queues, c.ids = append(c.hosts, t.Host), append(c.queues, t.Queue), append(c.ids, t.ID)
+	c.statuses, c.stages = append(c.statuses, string(t.Status)), append(c.stages, int16(t.Status.Stage()))
+	c.priorities, c.eligible = append(c.priorities, int64(t.Priority)), append(c.eligible, t.EligibleAt())
+	c.notBefore, c.posted = append(c.notBefore, t.NotBefore), append(c.posted, t.PostedAt)
+	c.keys, c.records = append(c.keys, key), append(c.records, data)
+}
+
+func (c *tasksColumns) len() int { return len(c.ids) }
+
+func (c *tasksColumns) args() []any {
+	return []any{c.hosts, c.queues, c.ids, c.statuses, c.stages, c.priorities, c.eligible, c.notBefore, c.posted, c.keys, c.records}
+}
+
+// unnestTasks reads the arrays of tasksColumns.args as rows v.
+const unnestTasks = `unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int2[], $6::int8[], $7::int8[], $8::int8[], $9::int8[], $10::text[], $11::bytea[])`
+
+// lineColumns are event lines, one array per column of event_lines.
+type lineColumns struct {
+	days, hosts, queues, ids []string
+	lines                    [][]byte
+}
+
+func (l *lineColumns) add(ev domain.Event, archived []string) {
+	t := ev.Task
+	l.days, l.hosts, l.queues, l.ids = append(l.days, eventlog.DayOf(ev.At)), append(l.hosts, t.Host), append(l.queues, t.Queue), append(l.ids, t.ID)
+	l.lines = append(l.lines, eventlog.EncodeLine(ev, archived))
+}
+
+func (l *lineColumns) args() []any { return []any{l.days, l.hosts, l.queues, l.ids, l.lines} }
+
+// postRows are a batch's posts.
+type postRows struct {
+	tasks   tasksColumns
+	items   []*string
+	unsure  []bool
+	lines   lineColumns
+	ops     []*op
+	created map[domain.Key]bool // filled once the statement ran
+}
+
+func (c *postRows) add(o *op) {
+	c.tasks.add(o.task, o.data)
+	item, unsure := itemArg(o.task)
+	c.items, c.unsure = append(c.items, item), append(c.unsure, unsure)
+	c.ops = append(c.ops, o)
+}
+
+// queue queues the INSERT of every post and of their lines, each line
+// only with its task: a post whose id or idempotency key is taken inserts
+// nothing (the caller then runs it alone, which says which).
+func (c *postRows) queue(b *pgx.Batch) {
+	if len(c.ops) == 0 {
+		return
+	}
+	c.created = make(map[domain.Key]bool, len(c.ops))
+	args := append(c.tasks.args(), c.items, c.unsure)
+	args = append(args, c.lines.args()...)
+	b.Queue(`WITH ins AS (
+			INSERT INTO tasks (`+columns+`, item)
+			SELECT v.host, v.queue, v.id, v.status, v.stage, v.priority, v.eligible_at, v.not_before, v.posted_at, v.idempotency_key, v.record, `+itemSQL("v.item", "v.unsure", "v.record")+`
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int2[], $6::int8[], $7::int8[], $8::int8[], $9::int8[], $10::text[], $11::bytea[],
+				$12::text[], $13::bool[]) AS v(host, queue, id, status, stage, priority, eligible_at, not_before, posted_at, idempotency_key, record, item, unsure)
+			ON CONFLICT DO NOTHING
+			RETURNING host, queue, id),
+		lines AS (
+			`+insertLineSQL+`
+			SELECT l.day, l.host, l.queue, l.id, l.line
+			FROM unnest($14::text[], $15::text[], $16::text[], $17::text[], $18::bytea[]) AS l(day, host, queue, id, line)
+			WHERE (l.host, l.queue, l.id) IN (SELECT host, queue, id FROM ins))
+		SELECT host, queue, id FROM ins`, args...).Query(func(r pgx.Rows) error {
+		for r.Next() {
+			var k domain.Key
+			if err := r.Scan(&k.Host, &k.Queue, &k.ID); err != nil {
+				return err
+			}
+			c.created[k] = true
+		}
+		return r.Err()
+	})
+}
+
+// changeRows are a batch's changes of rows it holds, with their lines.
+type changeRows struct {
+	tasks tasksColumns
+	lines lineColumns
+}
+
+// queue queues the UPDATE of every row and the INSERT of the lines, as one
+// statement.
+func (u *changeRows) queue(b *pgx.Batch) {
+	if u.tasks.len() == 0 {
+		return
+	}
+	args := append(u.tasks.args(), u.lines.args()...)
+	b.Queue(`WITH upd AS (
+			UPDATE tasks t SET status = v.status, stage = v.stage, priority = v.priority, eligible_at = v.eligible_at,
+				not_before = v.not_before, posted_at = v.posted_at, idempotency_key = v.idempotency_key, record = v.record
+			FROM `+unnestTasks+` AS v(host, queue, id, status, stage, priority, eligible_at, not_before, posted_at, idempotency_key, record)
+			WHERE t.host = v.host AND t.queue = v.queue AND t.id = v.id)
+		`+insertLineSQL+` SELECT * FROM unnest($12::text[], $13::text[], $14::text[], $15::text[], $16::bytea[])`, args...)
+}
+
+// itemSQL is the value of the column item for a row whose item is the
+// text item (NULL: none) and whose record is record: the text as jsonb,
+// or, when unsure, what taskhoster_item makes of the record (NULL where
+// jsonb cannot hold the item, rather than failing the statement).
+func itemSQL(item, unsure, record string) string {
+	return `CASE WHEN ` + unsure + ` THEN taskhoster_item(` + record + `) ELSE ` + item + `::jsonb END`
+}
+
+// itemArg is t's item for the column item (migration 4): its JSON text,
+// which the database takes as jsonb, or nil when the task has none (or
+// null). unsure: the text may hold what jsonb refuses, and the database
+// is to judge it with taskhoster_item instead (as the trigger did before
+// migration 5), which catches the refusal. Most items are plain and skip
+// that function, whose exception block costs a subtransaction per row.
+// What jsonb refuses: a \u0000 or a lone surrogate (any \u escape is sent
+// to the function), a number beyond numeric's range (any exponent or long
+// run of digits is), nesting beyond the parser's stack (deep nesting is),
+// and text that is not UTF-8.
+func itemArg(t domain.Task) (text *string, unsure bool) {
+	if domain.IsNull(t.Item) {
+		return nil, false
+	}
+	if !plainJSON(t.Item) {
+		return nil, true
+	}
+	s := string(t.Item)
+	return &s, false
+}
+
+// plainJSON reports whether the JSON text b surely reads as jsonb (see
+// itemArg); false when unsure.
+func plainJSON(b []byte) bool {
+	const (
+		maxDepth  = 64
+		maxDigits = 100
+	)
+	if !utf8.Valid(b) || bytes.Contains(b, []byte(`\u`)) {
+		return false
+	}
+	depth, digits := 0, 0
+	inString, escaped := false, false
+	for _, c := range b {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+			continue
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			if depth++; depth > maxDepth {
+				return false
+			}
+		case c == ']' || c == '}':
+			depth--
+		case c == 'e' || c == 'E':
+			if digits > 0 {
+				return false // an exponent
+			}
+		}
+		if c >= '0' && c <= '9' {
+			if digits++; digits > maxDigits {
+				return false
+			}
+		} else if c != '.' {
+			digits = 0
+		}
+	}
+	return true
+}
