@@ -109,7 +109,24 @@ func Compile(raw json.RawMessage) (s *Schema, err error) {
 	if err != nil {
 		return nil, &Error{Reason: compileReason(err), err: err}
 	}
+	if acceptsAll(raw) {
+		// `{}` and `true` accept every value: validating against them is
+		// a decode and a walk for nothing, on every post of a queue
+		// whose items are free (1.5 % of the server's CPU in a profile).
+		return Any(), nil
+	}
 	return &Schema{compiled: compiled}, nil
+}
+
+// acceptsAll reports whether raw is the schema `true` or an object with no
+// keywords at all, the two schemas that accept every JSON value.
+func acceptsAll(raw json.RawMessage) bool {
+	raw = bytes.TrimSpace(raw)
+	if string(raw) == "true" {
+		return true
+	}
+	var keywords map[string]json.RawMessage
+	return len(raw) > 0 && raw[0] == '{' && json.Unmarshal(raw, &keywords) == nil && len(keywords) == 0
 }
 
 // compileReason turns the library's compile error into one line that names
