@@ -28,14 +28,13 @@ package postgres
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
-	"io"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
 
+	"github.com/taskhoster/taskhoster/adapters/schema"
 	"github.com/taskhoster/taskhoster/ports"
 )
 
@@ -124,7 +123,7 @@ var annotations = map[string]bool{
 // translate turns a claim query into a filter; nil when nothing of it
 // translates.
 func translate(query json.RawMessage) *filter {
-	root, err := decodeValue(query)
+	root, err := schema.Decode(query)
 	if err != nil {
 		return nil
 	}
@@ -561,19 +560,4 @@ func safeNumber(n json.Number) bool {
 		}
 	}
 	return true
-}
-
-// decodeValue parses one JSON value as the schema library does: numbers as
-// json.Number, the last of duplicate members winning.
-func decodeValue(doc json.RawMessage) (any, error) {
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("trailing data after the JSON value")
-	}
-	return v, nil
 }

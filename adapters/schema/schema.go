@@ -164,7 +164,7 @@ func (s *Schema) Validate(doc json.RawMessage) []domain.Violation {
 	if s == nil || s.compiled == nil {
 		return nil
 	}
-	v, err := decode(doc)
+	v, err := Decode(doc)
 	if err != nil {
 		return []domain.Violation{{Path: "", Message: "not valid JSON: " + err.Error()}}
 	}
@@ -181,9 +181,12 @@ func (s *Schema) Validate(doc json.RawMessage) []domain.Violation {
 	return []domain.Violation{{Path: "", Message: strings.TrimPrefix(err.Error(), "jsonschema: ")}}
 }
 
-// decode parses one JSON value keeping numbers as json.Number, which is what
-// the library needs to compare big integers and decimals exactly.
-func decode(doc json.RawMessage) (any, error) {
+// Decode parses one JSON value as the schema library reads it: numbers kept
+// as json.Number, which it needs to compare big integers and decimals
+// exactly, and the last of duplicate members winning. Anything that must
+// judge a document as Validate does (the PostgreSQL store's translation of
+// a claim query) decodes with it.
+func Decode(doc json.RawMessage) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(doc))
 	dec.UseNumber()
 	var v any

@@ -331,7 +331,9 @@ var NotifyModule = fx.Module("notify",
 		}
 		// A pending task a transaction held and let go wakes a claim here or
 		// on another server (postgres.Store.OnRelease).
-		if r, ok := repo.(interface{ OnRelease(func(domain.QueueRef, int)) }); ok {
+		if r, ok := repo.(interface {
+			OnRelease(func(domain.QueueRef, int))
+		}); ok {
 			r.OnRelease(n.Wake)
 		}
 		// With other servers there, HasPending asks whether their claims
