@@ -39,18 +39,19 @@ func (s *Service) Claim(ctx context.Context, q *domain.Queue, worker string, que
 	if err != nil {
 		return domain.Task{}, err
 	}
-	t, err := s.claimNow(ctx, q, worker, m)
-	if !errors.Is(err, domain.ErrNotFound) || wait <= 0 || s.drained.Err() != nil {
-		return t, err
+	if wait <= 0 || s.drained.Err() != nil {
+		return s.claimNow(ctx, q, worker, m)
 	}
-	if len(place) == 0 || place[0] == nil {
-		p, err := s.Place()
-		if err != nil {
-			return domain.Task{}, err
+	// The first look is Await's, made in line: a look before joining the
+	// line would need a second one after, for a task that came between.
+	var t domain.Task
+	looked := false
+	var taken *Place // the waiting place taken here, if none was given
+	defer func() {
+		if taken != nil {
+			taken.Leave()
 		}
-		defer p.Leave()
-	}
-
+	}()
 	waitCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if wait < WaitForever {
@@ -61,6 +62,19 @@ func (s *Service) Claim(ctx context.Context, q *domain.Queue, worker string, que
 	err = s.notifier.Await(waitCtx, q.Ref(), func() (bool, error) {
 		got, err := s.claimNow(context.WithoutCancel(ctx), q, worker, m)
 		if errors.Is(err, domain.ErrNotFound) {
+			if !looked && (len(place) == 0 || place[0] == nil) {
+				// Nothing yet: from now on it waits, in a place of its own.
+				if taken, err = s.Place(); err != nil {
+					return false, err
+				}
+			}
+			looked = true
+			if m == nil {
+				// Nothing claimable at all, not only nothing this query
+				// wants: no other claim in line could use the wake either
+				// (ports.Notifier.Await, notify.WithEmptyLook).
+				return false, domain.ErrNotFound
+			}
 			return false, nil
 		}
 		t = got

@@ -7,6 +7,7 @@ package notify
 import (
 	"container/list"
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -32,6 +33,9 @@ type Hub struct {
 	subs map[domain.Key]map[*Subscription]struct{}
 	// pending reports whether a queue has a pending task (WithPending).
 	pending func(domain.QueueRef) bool
+	// emptyLook decides on a wake whose look found nothing claimable at
+	// all (WithEmptyLook); nil: as any wake not used.
+	emptyLook func(domain.QueueRef) bool
 }
 
 // NewHub returns an empty Hub.
@@ -57,6 +61,19 @@ func WithPending(pending func(q domain.QueueRef) bool) Option {
 	return func(h *Hub) { h.pending = pending }
 }
 
+// WithEmptyLook tells the Hub what to do with a wake whose look found
+// nothing claimable in q at all (try returned domain.ErrNotFound), rather
+// than nothing it wanted: it is handed on only if handOn(q). No other claim
+// in line could use it then, provided every task the look could not see
+// wakes a claim of its own once it is free (a store whose rows in a
+// transaction wake a claim when let go unchanged). So a store that sees
+// everything answers false, and spares the question WithPending's
+// function would cost after every wake a faster claim took. Without this
+// option such a wake is handed on as any other.
+func WithEmptyLook(handOn func(q domain.QueueRef) bool) Option {
+	return func(h *Hub) { h.emptyLook = handOn }
+}
+
 // Await runs try, and again each time a task of q may have become
 // claimable, until try reports it claimed one (Await returns nil), try
 // fails (its error), or ctx ends (ctx's error). try runs in the caller's
@@ -70,6 +87,8 @@ func WithPending(pending func(q domain.QueueRef) bool) Option {
 // task came; one that began later looked with the task already there. So a
 // chain of hand-ons visits each claim at most once, and no task stays
 // pending while a claim that would take it sleeps (TestLineLosesNoTask).
+// try returning domain.ErrNotFound says it found nothing claimable in q at
+// all: Await waits on, and the wake goes on only as WithEmptyLook says.
 func (h *Hub) Await(ctx context.Context, q domain.QueueRef, try func() (claimed bool, err error)) error {
 	var acting *waiter // the woken waiter whose wake this look uses
 	for {
@@ -83,7 +102,17 @@ func (h *Hub) Await(ctx context.Context, q domain.QueueRef, try func() (claimed 
 		// and the wait still wakes us.
 		w := h.join(q)
 		claimed, err := try()
-		if acting != nil && !claimed {
+		empty := errors.Is(err, domain.ErrNotFound)
+		if empty {
+			err = nil
+		}
+		switch {
+		case acting == nil || claimed:
+		case empty && h.emptyLook != nil:
+			if h.emptyLook(q) {
+				acting.passOn()
+			}
+		default:
 			h.passOn(acting) // woken in vain: the next in line may want it
 		}
 		acting = nil

@@ -3,6 +3,7 @@ package notify
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -265,5 +266,77 @@ func TestWaitingCountsTheLine(t *testing.T) {
 	wg.Wait()
 	if got := h.Waiting(resize); got != 0 {
 		t.Errorf("waiting after every claim gave up = %d, want 0", got)
+	}
+}
+
+// A claim that found nothing claimable at all (try returns
+// domain.ErrNotFound) hands its wake on only as WithEmptyLook says, and
+// the Hub does not ask WithPending's function: nobody else in line could
+// take anything.
+func TestEmptyLookHandsOnOnlyWhenTold(t *testing.T) {
+	for _, handOn := range []bool{false, true} {
+		t.Run(fmt.Sprint("handOn=", handOn), func(t *testing.T) {
+			looked := make(chan struct{}, 1)
+			h := NewHub(
+				WithPending(func(domain.QueueRef) bool { t.Error("WithPending's function asked after an empty look"); return true }),
+				WithEmptyLook(func(domain.QueueRef) bool {
+					select {
+					case looked <- struct{}{}:
+					default:
+					}
+					return handOn
+				}),
+			)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			aCtx, stopA := context.WithCancel(ctx)
+			joined := make(chan struct{}, 2)
+			aDone := make(chan error, 1)
+			go func() {
+				tries := 0
+				aDone <- h.Await(aCtx, resize, func() (bool, error) {
+					if tries++; tries == 1 {
+						joined <- struct{}{}
+						return false, nil
+					}
+					return false, domain.ErrNotFound
+				})
+			}()
+			<-joined // a is first in line
+			bWoken := make(chan struct{})
+			go func() {
+				tries := 0
+				_ = h.Await(ctx, resize, func() (bool, error) {
+					if tries++; tries == 1 {
+						joined <- struct{}{}
+						return false, nil
+					} else if tries == 2 {
+						close(bWoken)
+					}
+					return false, domain.ErrNotFound
+				})
+			}()
+			<-joined
+			h.Publish(event(resize, "9f2c1a0b7d4e6f83", domain.EventPosted, 0)) // wakes a, who finds nothing at all
+			select {
+			case <-looked:
+			case <-ctx.Done():
+				t.Fatal("the empty look was never judged")
+			}
+			stopA()
+			if err := <-aDone; !errors.Is(err, context.Canceled) {
+				t.Fatalf("a's Await = %v, want context.Canceled", err)
+			}
+			if handOn {
+				select {
+				case <-bWoken:
+				case <-ctx.Done():
+					t.Fatal("the wake was not handed on to b")
+				}
+			} else if got := h.Waiting(resize); got != 1 {
+				t.Fatalf("%d claims wait, want b still in line: the wake went on", got)
+			}
+			cancel()
+		})
 	}
 }

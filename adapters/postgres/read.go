@@ -142,6 +142,18 @@ func (s *Store) HasPending(ref domain.QueueRef) bool {
 	return n > held-(after-unheld)
 }
 
+// HandOnEmpty reports whether a wake whose claim found nothing claimable
+// in ref at all is still to go on to the next claim in line
+// (notify.WithEmptyLook). Alone on the database, never: the claim's
+// SELECT … FOR UPDATE SKIP LOCKED saw every claimable row but those other
+// transactions held, and a transaction of this Store that lets a pending
+// row go unchanged wakes a claim for it (release); so nobody else in line
+// could take anything. With other servers there, as HasPending says: their
+// probes (unlockedPending) hold rows for a moment and wake nobody.
+func (s *Store) HandOnEmpty(ref domain.QueueRef) bool {
+	return s.shared != nil && s.shared() && s.HasPending(ref)
+}
+
 // unlockedPending is HasPending with other servers on the database, whose
 // claims' rows this Store cannot count: a row lock tells (FOR KEY SHARE,
 // which every claim's FOR UPDATE conflicts with, SKIP LOCKED, rolled back

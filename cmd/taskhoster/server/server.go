@@ -317,7 +317,13 @@ var NotifyModule = fx.Module("notify",
 		if p, ok := repo.(interface{ HasPending(domain.QueueRef) bool }); ok {
 			pending = p.HasPending
 		}
-		return notify.NewHub(notify.WithPending(pending))
+		opts := []notify.Option{notify.WithPending(pending)}
+		// One that sees every claimable row says when a claim that found
+		// none at all is to hand its wake on (nearly never).
+		if p, ok := repo.(interface{ HandOnEmpty(domain.QueueRef) bool }); ok {
+			opts = append(opts, notify.WithEmptyLook(p.HandOnEmpty))
+		}
+		return notify.NewHub(opts...)
 	}),
 	fx.Provide(func(lc fx.Lifecycle, cfg Config, hub *notify.Hub, repo ports.TaskRepository, logger *zap.Logger) ports.Notifier {
 		if cfg.Store != "postgres" {

@@ -1,0 +1,92 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/taskhoster/taskhoster/adapters/index"
+	"github.com/taskhoster/taskhoster/adapters/notify"
+	"github.com/taskhoster/taskhoster/adapters/schema"
+	"github.com/taskhoster/taskhoster/app"
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+// lookRecorder passes each look of a waiting claim on to the hub, and
+// tells the test what the look reported.
+type lookRecorder struct {
+	*notify.Hub
+	looks chan error
+}
+
+func (r lookRecorder) Await(ctx context.Context, q domain.QueueRef, try func() (bool, error)) error {
+	return r.Hub.Await(ctx, q, func() (bool, error) {
+		claimed, err := try()
+		r.looks <- err
+		return claimed, err
+	})
+}
+
+// A claim that has to wait looks once before it sleeps, in line. One
+// without a query that finds nothing says it found nothing claimable at
+// all (domain.ErrNotFound), so the notifier need not hand its wake on; one
+// with a query only says it took nothing.
+func TestAnEmptyLookSaysSo(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		query json.RawMessage
+		want  error
+	}{
+		{"no query", nil, domain.ErrNotFound},
+		{"a query", json.RawMessage(`{"properties":{"url":{"const":"big"}}}`), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, domain.DefaultSettings())
+			repo := &countingRepo{Store: f.repo}
+			rec := lookRecorder{Hub: notify.NewHub(), looks: make(chan error, 4)}
+			svc := app.New(app.Deps{
+				Repo: repo, Syncer: f.sync, Log: f.log, Notifier: rec,
+				Clock: f.clock, Compiler: schema.Compiler{},
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				_, err := svc.Claim(ctx, f.q, "w", tc.query, time.Minute)
+				done <- err
+			}()
+			if got := <-rec.looks; !errors.Is(got, tc.want) || (tc.want == nil && got != nil) {
+				t.Errorf("the look reported %v, want %v", got, tc.want)
+			}
+			// It looked once, in line, before it went to sleep: a look
+			// before joining the line would need this one after it too.
+			if n := repo.claims.Load(); n != 1 {
+				t.Errorf("the claim looked %d times before it waited, want 1", n)
+			}
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Errorf("Claim = %v, want context.Canceled: an empty look must not end the wait", err)
+			}
+		})
+	}
+}
+
+// countingRepo counts the repository's Get and ClaimNext calls.
+type countingRepo struct {
+	*index.Store
+	gets, claims atomic.Int64
+}
+
+func (c *countingRepo) Get(ctx context.Context, k domain.Key) (domain.Task, error) {
+	c.gets.Add(1)
+	return c.Store.Get(ctx, k)
+}
+
+func (c *countingRepo) ClaimNext(ctx context.Context, ref domain.QueueRef, m ports.Matcher, now time.Time, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+	c.claims.Add(1)
+	return c.Store.ClaimNext(ctx, ref, m, now, fn, then)
+}
