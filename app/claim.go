@@ -35,16 +35,42 @@ const WaitForever = time.Duration(math.MaxInt64)
 // one given a Place (a socket takes it as the claim message arrives, so
 // that claims are refused in the order they came) uses that instead.
 func (s *Service) Claim(ctx context.Context, q *domain.Queue, worker string, query json.RawMessage, wait time.Duration, place ...*Place) (domain.Task, error) {
+	var p *Place
+	if len(place) > 0 {
+		p = place[0]
+	}
+	t, _, err := s.claim(ctx, q, worker, query, wait, p, 0)
+	return t, err
+}
+
+// ClaimWatched is Claim for a worker that holds the task it takes and
+// follows the task's later changes (a worker socket, for SPEC §12's
+// cancelled message). With the task it returns a Watch of it, buffering up
+// to buffer changes, whose Task is the record claimed: subscribed in the
+// claim's own Then, which runs before the Then of any later change of the
+// task (ports.TaskRepository), so it misses none and sees none twice
+// without reading the task. Where other servers may change the task (a
+// Notifier that says so, pgnotify), their news of a change made just after
+// the claim may arrive before the subscription: the watch then reads the
+// task, as Watch does (and if that read fails, no Watch is returned).
+func (s *Service) ClaimWatched(ctx context.Context, q *domain.Queue, worker string, query json.RawMessage, wait time.Duration, place *Place, buffer int) (domain.Task, *Watch, error) {
+	return s.claim(ctx, q, worker, query, wait, place, max(buffer, 1))
+}
+
+// claim is Claim, and with buffer > 0 ClaimWatched.
+func (s *Service) claim(ctx context.Context, q *domain.Queue, worker string, query json.RawMessage, wait time.Duration, place *Place, buffer int) (domain.Task, *Watch, error) {
 	m, err := s.queries.matcher(query)
 	if err != nil {
-		return domain.Task{}, err
+		return domain.Task{}, nil, err
 	}
 	if wait <= 0 || s.drained.Err() != nil {
-		return s.claimNow(ctx, q, worker, m)
+		t, sub, err := s.claimSubscribed(ctx, q, worker, m, buffer)
+		return s.watched(ctx, t, sub, err)
 	}
 	// The first look is Await's, made in line: a look before joining the
 	// line would need a second one after, for a task that came between.
 	var t domain.Task
+	var sub ports.Subscription
 	looked := false
 	var taken *Place // the waiting place taken here, if none was given
 	defer func() {
@@ -60,9 +86,9 @@ func (s *Service) Claim(ctx context.Context, q *domain.Queue, worker string, que
 	}
 	defer context.AfterFunc(s.drained, cancel)()
 	err = s.notifier.Await(waitCtx, q.Ref(), func() (bool, error) {
-		got, err := s.claimNow(context.WithoutCancel(ctx), q, worker, m)
+		got, gotSub, err := s.claimSubscribed(context.WithoutCancel(ctx), q, worker, m, buffer)
 		if errors.Is(err, domain.ErrNotFound) {
-			if !looked && (len(place) == 0 || place[0] == nil) {
+			if !looked && place == nil {
 				// Nothing yet: from now on it waits, in a place of its own.
 				if taken, err = s.Place(); err != nil {
 					return false, err
@@ -77,26 +103,74 @@ func (s *Service) Claim(ctx context.Context, q *domain.Queue, worker string, que
 			}
 			return false, nil
 		}
-		t = got
+		t, sub = got, gotSub
 		return err == nil, err
 	})
 	switch {
 	case err == nil:
-		return t, nil
+		return s.watched(ctx, t, sub, nil)
 	case ctx.Err() != nil:
-		return domain.Task{}, ctx.Err()
+		return domain.Task{}, nil, ctx.Err()
 	case waitCtx.Err() != nil:
-		return domain.Task{}, domain.ErrNotFound // waited long enough, or draining
+		return domain.Task{}, nil, domain.ErrNotFound // waited long enough, or draining
 	}
-	return domain.Task{}, err
+	return domain.Task{}, nil, err
 }
 
+// watched is the Watch of task t claimed with subscription sub (nil:
+// none asked for), once the claim returned err. A read that fails leaves
+// the claim as it is and no Watch: the caller watches on its own.
+func (s *Service) watched(ctx context.Context, t domain.Task, sub ports.Subscription, err error) (domain.Task, *Watch, error) {
+	switch {
+	case err != nil || sub == nil:
+		return t, nil, err
+	case s.othersMayChange():
+		w, err := s.follow(ctx, domain.KeyOf(t), sub)
+		if err != nil {
+			return t, nil, nil
+		}
+		return t, w, nil
+	}
+	return t, &Watch{Task: t, sub: sub}, nil
+}
+
+// othersMayChange reports whether other servers may change this server's
+// tasks, their news arriving a little after their COMMIT: a Notifier
+// across servers says so (pgnotify.Notifier.Others).
+func (s *Service) othersMayChange() bool {
+	o, ok := s.notifier.(interface{ Others() bool })
+	return ok && o.Others()
+}
+
+// claimNow claims a task now, if one is there.
 func (s *Service) claimNow(ctx context.Context, q *domain.Queue, worker string, m ports.Matcher) (domain.Task, error) {
+	t, _, err := s.claimSubscribed(ctx, q, worker, m, 0)
+	return t, err
+}
+
+// claimSubscribed is claimNow; with buffer > 0 it also subscribes to the
+// task's changes in the claim's Then, just after the claim is announced.
+func (s *Service) claimSubscribed(ctx context.Context, q *domain.Queue, worker string, m ports.Matcher, buffer int) (domain.Task, ports.Subscription, error) {
 	if s.Paused(q) {
-		return domain.Task{}, domain.ErrNotFound // a paused queue hands nothing out
+		return domain.Task{}, nil, domain.ErrNotFound // a paused queue hands nothing out
 	}
 	var ev domain.Event
 	ctx, then := s.staging(ctx, q, &ev)
+	var sub ports.Subscription
+	if buffer > 0 {
+		announce := then
+		then = func(t domain.Task) error {
+			err := announce.Call(t)
+			sub = s.notifier.Subscribe(domain.KeyOf(t), buffer)
+			return err
+		}
+	}
+	fail := func(err error) (domain.Task, ports.Subscription, error) {
+		if sub != nil {
+			sub.Close()
+		}
+		return domain.Task{}, nil, err
+	}
 	t, err := s.repo.ClaimNext(ctx, q.Ref(), m, s.clock.Now(), func(t *domain.Task) error {
 		// The claim's own time is read here, under the store's lock, not
 		// before the call: a claim that waited for the lock while a post
@@ -109,18 +183,18 @@ func (s *Service) claimNow(ctx context.Context, q *domain.Queue, worker string, 
 	}, then)
 	if err != nil {
 		if errors.Is(err, domain.ErrNotFound) {
-			return domain.Task{}, err
+			return fail(err)
 		}
-		return domain.Task{}, fmt.Errorf("claim in %s/%s: %w", q.Host, q.Name, err)
+		return fail(fmt.Errorf("claim in %s/%s: %w", q.Host, q.Name, err))
 	}
 	// On a queue that bounds attempts, the count must outlast a crash: a
 	// claim lost with it would let the task be handed out once too often.
 	if q.Settings.MaxAttempts > 0 {
 		if err := s.syncer.Sync(ctx); err != nil {
-			return domain.Task{}, fmt.Errorf("claim %s: %w", t.ID, err)
+			return fail(fmt.Errorf("claim %s: %w", t.ID, err))
 		}
 	}
-	return t, nil
+	return t, sub, nil
 }
 
 // CompileQuery checks a claim query up front (a socket answers a bad one

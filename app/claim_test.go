@@ -90,3 +90,68 @@ func (c *countingRepo) ClaimNext(ctx context.Context, ref domain.QueueRef, m por
 	c.claims.Add(1)
 	return c.Store.ClaimNext(ctx, ref, m, now, fn, then)
 }
+
+// ClaimWatched's watch starts at the record claimed and sees every later
+// change, the cancel of SPEC §12 included, without reading the task: it is
+// subscribed in the claim's own Then. Claimed at once and after waiting.
+func TestClaimWatchedSeesLaterChangesWithoutARead(t *testing.T) {
+	for _, waits := range []bool{false, true} {
+		t.Run(map[bool]string{false: "at once", true: "after waiting"}[waits], func(t *testing.T) {
+			f := newFixture(t, domain.DefaultSettings())
+			repo := &countingRepo{Store: f.repo}
+			svc := app.New(app.Deps{
+				Repo: repo, Syncer: f.sync, Log: f.log, Notifier: notify.NewHub(),
+				Clock: f.clock, Compiler: schema.Compiler{},
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			post := func() domain.Task {
+				task, err := svc.Post(ctx, f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return task
+			}
+			var posted domain.Task
+			if !waits {
+				posted = post()
+			}
+			type claimed struct {
+				task  domain.Task
+				watch *app.Watch
+				err   error
+			}
+			got := make(chan claimed, 1)
+			go func() {
+				task, watch, err := svc.ClaimWatched(ctx, f.q, "w", nil, time.Minute, nil, 4)
+				got <- claimed{task, watch, err}
+			}()
+			if waits {
+				posted = post()
+			}
+			c := <-got
+			if c.err != nil {
+				t.Fatal(c.err)
+			}
+			defer c.watch.Close()
+			if c.task.ID != posted.ID || c.watch.Task.Status != domain.Processing || c.watch.Task.Attempts != c.task.Attempts {
+				t.Fatalf("claimed %s, watch begins at %+v; want %s processing", c.task.ID, c.watch.Task, posted.ID)
+			}
+			if _, err := svc.Progress(ctx, f.q, posted.ID, domain.Holder{Worker: "w"}, []byte(`{"n":1}`)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := svc.Cancel(ctx, f.q, posted.ID, app.Canceller{Manage: true}); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []domain.EventKind{domain.EventProgress, domain.EventCancelled} {
+				ev, err := c.watch.Next(ctx)
+				if err != nil || ev.Kind != want {
+					t.Fatalf("next change = %s, %v; want %s", ev.Kind, err, want)
+				}
+			}
+			if n := repo.gets.Load(); n != 0 {
+				t.Errorf("the claim's watch read the task %d times, want none", n)
+			}
+		})
+	}
+}

@@ -36,8 +36,13 @@ func (s *Service) Watch(ctx context.Context, q *domain.Queue, id string, buffer 
 	if !domain.ValidID(id) {
 		return nil, domain.ErrNotFound
 	}
-	sub := s.notifier.Subscribe(key(q, id), buffer)
-	t, err := s.repo.Get(ctx, key(q, id))
+	return s.follow(ctx, key(q, id), s.notifier.Subscribe(key(q, id), buffer))
+}
+
+// follow reads task k, whose changes sub delivers, and drops the changes
+// sub delivered that the record read already holds (see Watch).
+func (s *Service) follow(ctx context.Context, k domain.Key, sub ports.Subscription) (*Watch, error) {
+	t, err := s.repo.Get(ctx, k)
 	if err != nil {
 		sub.Close()
 		return nil, err

@@ -215,41 +215,43 @@ func (w *worker) claim(m message) {
 func (w *worker) await(ref, query json.RawMessage, place *app.Place) {
 	defer w.claims.Done()
 	defer place.Leave()
-	t, err := w.s.svc.Claim(w.ctx, w.q, w.name, query, app.WaitForever, place)
+	t, watch, err := w.s.svc.ClaimWatched(w.ctx, w.q, w.name, query, app.WaitForever, place, cancelWatchBuffer)
 	switch {
 	case err == nil:
-		w.settle(&t)
+		w.settle(&t, watch)
 		w.sendBytes(encodeTask(ref, t.ID, t.Item, t.Attempts, t.Lease))
 	case w.ctx.Err() != nil || errors.Is(err, domain.ErrNotFound):
-		w.settle(nil) // the socket is gone, or the server is shutting down
+		w.settle(nil, nil) // the socket is gone, or the server is shutting down
 	default:
-		w.settle(nil)
+		w.settle(nil, nil)
 		w.fail(ref, err)
 	}
 }
 
-// settle ends one outstanding claim, and holds t if it took one. Both happen
-// before the task message is queued, so a worker that claims again as soon
-// as it reads the task never finds its slot still taken.
-func (w *worker) settle(t *domain.Task) {
+// settle ends one outstanding claim, and holds t if it took one, watching
+// it for a cancel with watch. Both happen before the task message is
+// queued, so a worker that claims again as soon as it reads the task never
+// finds its slot still taken.
+func (w *worker) settle(t *domain.Task, watch *app.Watch) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.waiting--
 	if t != nil {
-		w.hold(t.ID, t.Attempts)
+		w.hold(t.ID, t.Attempts, watch)
 	}
 }
 
 // hold records that this socket holds task id under claim attempts, and
-// watches it for a cancel while it does. The caller holds w.mu.
-func (w *worker) hold(id string, attempts int) {
+// watches it for a cancel while it does, starting with watch, the claim's
+// own (see app.Service.ClaimWatched). The caller holds w.mu.
+func (w *worker) hold(id string, attempts int, watch *app.Watch) {
 	if h, ok := w.held[id]; ok {
 		h.unwatch() // an older claim of the same task, given back and taken again
 	}
 	ctx, unwatch := context.WithCancel(w.ctx)
 	w.held[id] = holding{attempts: attempts, unwatch: unwatch}
 	w.watchers.Add(1)
-	go w.watchCancel(ctx, id, attempts)
+	go w.watchCancel(ctx, id, attempts, watch)
 }
 
 // drop stops holding task id if this socket still holds it under claim
@@ -267,23 +269,32 @@ const cancelWatchBuffer = 16
 
 // watchCancel follows the changes of a task this socket holds under claim
 // attempts, and tells the worker at once when the task is cancelled:
-// {"type": "cancelled", "id"} (SPEC §12), so the work can stop. It ends
-// once the task is no longer processing under that claim, or ctx ends (the
-// task was handed in or given back, or the socket is gone).
-func (w *worker) watchCancel(ctx context.Context, id string, attempts int) {
+// {"type": "cancelled", "id"} (SPEC §12), so the work can stop. It follows
+// watch, the claim's, and once that falls behind a watch that reads the
+// task afresh. It ends once the task is no longer processing under that
+// claim, or ctx ends (the task was handed in or given back, or the socket
+// is gone).
+func (w *worker) watchCancel(ctx context.Context, id string, attempts int, watch *app.Watch) {
 	defer w.watchers.Done()
-	for ctx.Err() == nil {
-		watch, err := w.s.svc.Watch(ctx, w.q, id, cancelWatchBuffer)
-		if err != nil {
-			return // deleted, or the store is failing: nothing to tell
+	for {
+		if watch == nil {
+			if ctx.Err() != nil {
+				return
+			}
+			var err error
+			if watch, err = w.s.svc.Watch(ctx, w.q, id, cancelWatchBuffer); err != nil {
+				return // deleted, or the store is failing: nothing to tell
+			}
 		}
 		t := watch.Task
+		var err error
 		for err == nil && t.Status == domain.Processing && t.Attempts == attempts {
 			var ev domain.Event
 			ev, err = watch.Next(ctx)
 			t = ev.Task
 		}
 		watch.Close()
+		watch = nil
 		if errors.Is(err, app.ErrWatchLost) {
 			continue // fell behind: read the record afresh
 		}

@@ -65,6 +65,18 @@ func TestTwoServersOnOnePostgres(t *testing.T) {
 		finish(t, a, id, "box-a")
 	})
 
+	t.Run("a cancel on A reaches the socket holding the task on B", func(t *testing.T) {
+		id := a.post("resize", aliceToken, `{"url":"https://ex.com/c.png"}`)
+		k := b.dial("/resize/work?worker=box-held", boxToken)
+		defer k.c.Close()
+		if got := k.claimTask(1)["id"]; got != id {
+			t.Fatalf("socket on B claimed %v, want %s", got, id)
+		}
+		r := a.do("DELETE", "/resize/"+id, aliceToken, ``)
+		wantReply(t, "the cancel on A", r.JSON(t), map[string]any{"accepted": true, "status": "failed"})
+		wantReply(t, "the socket's message on B", k.next(), map[string]any{"type": "cancelled", "id": id})
+	})
+
 	t.Run("no task is claimed twice across both servers", func(t *testing.T) {
 		const tasks, perServer = 60, 4
 		var mu sync.Mutex
