@@ -61,9 +61,9 @@ type Worker struct {
 	// to this worker.
 	Query any
 	// Concurrency is how many tasks run at once: the number of claims kept
-	// open. 0 means 1; at most 256. Each may also have one result (or
-	// release, or failure) handed in and waiting for the server's ack: the
-	// next claim does not wait for it.
+	// open. 0 means 1; at most 256. The next claim does not wait for the
+	// server's ack of the last result (or release, or failure): the Worker
+	// keeps up to 128 hand-ins waiting for their acks.
 	Concurrency int
 	// Limit, if positive, is how many tasks the worker handles before Run
 	// returns; it never claims more than that.
@@ -161,7 +161,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	r := &run{w: w, ctx: runCtx, query: query, log: w.logger(), link: newLink()}
+	r := &run{w: w, ctx: runCtx, query: query, log: w.logger(), link: newLink(), handIns: make(chan struct{}, maxHandIns)}
 	r.fail = func(err error) {
 		r.failOnce.Do(func() { r.fatal = err; cancel() })
 	}
@@ -224,7 +224,8 @@ type run struct {
 	log   *slog.Logger
 	link  *link
 
-	budget atomic.Int64 // tasks left to claim when Limit is set
+	budget  atomic.Int64  // tasks left to claim when Limit is set
+	handIns chan struct{} // a place for each hand-in waiting for its ack
 
 	failOnce sync.Once
 	fatal    error
@@ -232,28 +233,29 @@ type run struct {
 }
 
 // slot is one unit of concurrency: claim, handle, hand in, again. The
-// next claim goes out while the hand-in waits for its ack (the server
-// answers a result once it is on the disc), so that claiming overlaps the
-// flush; a slot has at most one hand-in waiting, and waits for it before
-// it hands in the next or returns.
+// next claim goes out right behind the hand-in, without waiting for its
+// ack (the server answers a result once it is on the disc), so the slot
+// works its next task while the last results are flushed. Its hand-ins
+// still waiting for their acks share the Worker's maxHandIns places, and
+// it waits for all of them before it returns.
 func (r *run) slot() {
-	var last *handing
+	var out []*handing // this slot's hand-ins, oldest first, some maybe answered
 	defer func() {
-		if last != nil {
-			<-last.done
+		for _, h := range out {
+			<-h.done
 		}
 	}()
 	for r.take() {
-		t, ok := r.claim(last)
+		out = unanswered(out)
+		t, ok := r.claim(out)
 		if !ok {
 			return
 		}
 		finish := r.handle(t)
-		if last != nil {
-			<-last.done
-		}
+		r.handIns <- struct{}{} // every hand-in ends: acked, or given up
 		h := &handing{written: make(chan struct{}), done: make(chan struct{})}
 		go func() {
+			defer func() { <-r.handIns }()
 			defer close(h.done)
 			finish(func(s *session) {
 				h.once.Do(func() { h.on = s; close(h.written) })
@@ -264,11 +266,32 @@ func (r *run) slot() {
 		case <-h.written:
 		case <-h.done:
 		}
-		last = h
+		out = append(out, h)
 	}
 }
 
-// handing is a slot's last hand-in: the socket it was written on (nil if
+// maxHandIns bounds a Worker's hand-ins waiting for their acks, whatever
+// its Concurrency: a result is only safe once acked, and a slot whose
+// handler is quick may hand in many while one flush runs. It stays below
+// the reports the server applies at once on one socket (256), beyond which
+// the server stops reading the socket until one is done.
+const maxHandIns = 128
+
+// unanswered is hs without the hand-ins that have ended, in order.
+func unanswered(hs []*handing) []*handing {
+	left := hs[:0]
+	for _, h := range hs {
+		select {
+		case <-h.done:
+		default:
+			left = append(left, h)
+		}
+	}
+	clear(hs[len(left):])
+	return left
+}
+
+// handing is one hand-in of a slot: the socket it was written on (nil if
 // none: it ended before) and when it ended (acked, or given up).
 type handing struct {
 	once    sync.Once
@@ -283,24 +306,30 @@ func (r *run) take() bool {
 }
 
 // claim keeps one claim open, across reconnections, until a task arrives;
-// false when the worker stops first. If the slot's last hand-in (after)
-// went out on another socket than this claim would, and may be sent again
-// on this one, the claim waits for its answer: else the server could hand
-// back a task the drop re-queued before its result arrives.
-func (r *run) claim(after *handing) (*Task, bool) {
+// false when the worker stops first. If some of the slot's hand-ins still
+// waiting (after) went out on another socket than this claim would, and
+// may be sent again on this one, the claim waits for their answers: else
+// the server could hand back a task the drop re-queued before its result
+// arrives.
+func (r *run) claim(after []*handing) (*Task, bool) {
 	for {
 		s := r.link.wait(r.ctx, r.w.drain)
 		if s == nil {
 			return nil, false
 		}
-		if after != nil && after.on != s {
+		same := after[:0:0]
+		for _, h := range after {
+			if h.on == s {
+				same = append(same, h) // may yet be sent again, should s drop
+				continue
+			}
 			select {
-			case <-after.done:
+			case <-h.done:
 			case <-r.ctx.Done():
 				return nil, false
 			}
-			after = nil
 		}
+		after = same
 		reply, err := s.request(r.ctx, message{Type: "claim", Query: r.query}, r.w.drain, nil)
 		var refused *Error
 		switch {

@@ -175,14 +175,23 @@ func ThroughputOn(ctx context.Context, ts []Target, transport string, ld Load) (
 	return r, l.ids, err
 }
 
-// socketWorker keeps k claims open on one socket and up to k results in
-// flight: each task it is handed is answered with a result at once, and
-// the next claim goes out right behind the result, so that claiming the
-// next task overlaps the result's flush (as client.Worker does). A task
-// that arrives while k results still wait for their acks is held until an
-// ack frees a place, and is not claimed behind: the worker never holds
-// more than 2k tasks. It returns when the run stops.
+// resultsInFlight bounds the results a socket worker keeps waiting for
+// their acks (at least its k claims). A result is durable only once it is
+// acked, so a worker that works its next task without waiting for the last
+// result's flush keeps several waiting; the bound keeps them far below what
+// the server applies at once on one socket (wsapi's maxReports, 256), so
+// the server never stops reading the socket for them.
+const resultsInFlight = 64
+
+// socketWorker keeps k claims open on one socket, and up to
+// max(k, resultsInFlight) results waiting for their acks: each task it is
+// handed is answered with a result at once, and the next claim goes out
+// right behind the result, without waiting for the result's ack (the
+// server's flush), as client.Worker does. A task that arrives while that
+// many results wait is held until an ack frees a place, and is not claimed
+// behind. It returns when the run stops.
 func socketWorker(ctx context.Context, a *api, name string, k int, l *ledger) {
+	limit := max(k, resultsInFlight)
 	c, err := a.dial(ctx, name)
 	if err != nil {
 		l.fail(err)
@@ -243,7 +252,7 @@ func socketWorker(ctx context.Context, a *api, name string, k int, l *ledger) {
 				return
 			}
 			h := held{seq, m.ID}
-			if len(inFlight) >= k {
+			if len(inFlight) >= limit {
 				waiting = append(waiting, h)
 				continue
 			}
