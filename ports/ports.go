@@ -177,7 +177,10 @@ type Notifier interface {
 	// claimable, until try claims one (nil), fails (its error) or ctx ends
 	// (ctx's error). Each task that becomes claimable wakes one waiting
 	// claim; a wake its try does not use goes on to the next in line, so
-	// no task stays pending while a claim that would take it sleeps.
+	// no task stays pending while a claim that would take it sleeps. A try
+	// that returns domain.ErrNotFound found nothing claimable in q at all
+	// (not only nothing its query wants): Await waits on, and the Notifier
+	// decides whether that wake still goes on (notify.WithEmptyLook).
 	Await(ctx context.Context, q domain.QueueRef, try func() (claimed bool, err error)) error
 	// Subscribe delivers every event of task k published from now on, in
 	// publish order, holding up to buffer unread ones.
