@@ -141,8 +141,13 @@ func launchEnv(t *testing.T, d dirs, env []string, extra ...string) (*server, er
 		return nil, err
 	}
 	listening := make(chan struct{})
-	go s.readLog(pipe, listening)
-	go func() { _ = s.cmd.Wait(); close(s.exited) }()
+	// Wait closes the pipe, so it runs only once the log is read to its
+	// end: an exit's last lines (why it refused to start) are kept.
+	go func() {
+		s.readLog(pipe, listening)
+		_ = s.cmd.Wait()
+		close(s.exited)
+	}()
 	t.Cleanup(s.kill)
 	select {
 	case <-listening:
