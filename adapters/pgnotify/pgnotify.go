@@ -129,6 +129,7 @@ type Notifier struct {
 	recent  recent   // the records announced here lately (Readable)
 
 	others atomic.Bool   // another server may listen: send (Alone)
+	met    atomic.Int64  // when others became true, Unix ns by this machine's clock (meet)
 	acks   chan struct{} // a hello of this server answered
 	sent   atomic.Int64  // notifications sent (tests)
 
@@ -219,7 +220,7 @@ func (n *Notifier) lookAround(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	if others > 0 {
-		n.others.Store(true)
+		n.meet()
 		n.enqueue(message{Hello: true})
 	}
 	return others, nil
@@ -268,6 +269,11 @@ type message struct {
 // Publish hands ev to the local hub and queues its notification.
 func (n *Notifier) Publish(ev domain.Event) {
 	n.hub.Publish(ev)
+	if !n.others.Load() {
+		// Alone: nothing to send, and no read here waits for this news
+		// (Readable), so the record is not encoded at all.
+		return
+	}
 	record := domain.EncodeTask(ev.Task)
 	n.recent.add(domain.KeyOf(ev.Task), record)
 	m := message{
@@ -467,11 +473,11 @@ func (n *Notifier) receive(ctx context.Context, payload []byte) {
 	case m.Hello:
 		// Send from now on, then answer: every notification after the
 		// answer reaches the new server.
-		n.others.Store(true)
+		n.meet()
 		n.enqueue(message{Ack: m.Server})
 		return
 	case m.Ack != "":
-		n.others.Store(true)
+		n.meet()
 		if m.Ack == n.id {
 			select {
 			case n.acks <- struct{}{}:
@@ -527,6 +533,13 @@ func (n *Notifier) receive(ctx context.Context, payload []byte) {
 // Others reports whether another server may listen on the database
 // (see Alone): once true, it stays true.
 func (n *Notifier) Others() bool { return n.others.Load() }
+
+// meet notes that another server may listen: from now on this one sends.
+// The time goes first, so a reader that sees others sees it too.
+func (n *Notifier) meet() {
+	n.met.CompareAndSwap(0, time.Now().UnixNano())
+	n.others.Store(true)
+}
 
 // Sent is how many notifications this server has sent (tests).
 func (n *Notifier) Sent() int64 { return n.sent.Load() }

@@ -34,7 +34,8 @@ import (
 // watch that could see it twice), and at most until that change is
 // announceWindow old (a server that died between COMMIT and NOTIFY never
 // sends it). Its own reads for a notification too large to carry the
-// record do not wait.
+// record do not wait, nor does any read while this server is alone, or of
+// a change made before another server came (ownChange).
 
 // announceWindow bounds how long a record may take to be announced here
 // after its change: a notification's latency, with a wide margin.
@@ -46,7 +47,7 @@ type receiving struct{}
 // Readable is the store's read hook: it returns once t, read from the
 // store, has been announced here, or need not be (see above), or ctx ends.
 func (n *Notifier) Readable(ctx context.Context, t domain.Task, age time.Duration) {
-	if age >= announceWindow || ctx.Value(receiving{}) != nil {
+	if age >= announceWindow || ctx.Value(receiving{}) != nil || n.ownChange(age) {
 		return
 	}
 	k := domain.KeyOf(t)
@@ -70,6 +71,25 @@ func (n *Notifier) Readable(ctx context.Context, t domain.Task, age time.Duratio
 		}
 	}
 }
+
+// ownChange reports whether a record whose latest change is age old
+// (by the database's clock) can only be this server's own, announced here
+// before any read could see it (its Then runs first): while this server is
+// alone, and for a change made before another server came, since a server
+// changes nothing before the servers there have answered its hello (see
+// Alone). Those announcements were not recorded (Publish, alone), so such
+// a read must not wait for them. metMargin covers the servers' estimates
+// of the database's clock; a change inside it is treated as another's.
+func (n *Notifier) ownChange(age time.Duration) bool {
+	if !n.others.Load() {
+		return true
+	}
+	changed := time.Now().Add(-age).UnixNano()
+	return changed < n.met.Load()-metMargin.Nanoseconds()
+}
+
+// metMargin: see ownChange.
+const metMargin = 100 * time.Millisecond
 
 // recent remembers the records announced here for announceWindow, as
 // hashes by task.

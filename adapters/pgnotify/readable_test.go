@@ -93,3 +93,38 @@ func TestReadOfAnotherServersChangeWaitsForItsNews(t *testing.T) {
 		t.Fatalf("B's read returned the claimed record before its event was delivered (%d events delivered): the watch would see the claim twice", len(delivered))
 	}
 }
+
+// A server alone on the database announces its changes to nobody but
+// itself, before any read can see them, and records none of them for
+// Readable (Publish): a read of a fresh record of a watched task must not
+// wait for that news; nor, once another server has come, a read of a
+// change made before it came.
+func TestReadOfOwnChangeDoesNotWait(t *testing.T) {
+	url := pgtest.Database(t)
+	a := start(t, url, nil)
+	changed := time.Now()
+	task, _ := domain.Post(id, resize.Host, resize.Queue, json.RawMessage(`{}`), "alice", changed)
+	k := domain.KeyOf(task)
+	sub := a.Subscribe(k, 16)
+	defer sub.Close()
+
+	// returnsAtOnce reads as the store's hook would, with a deadline
+	// shorter than announceWindow: a read that waits ends by the deadline.
+	returnsAtOnce := func(why string, age time.Duration) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		a.Readable(ctx, task, age)
+		if ctx.Err() != nil {
+			t.Fatalf("%s: the read waited for news", why)
+		}
+	}
+	returnsAtOnce("alone", 0)
+
+	time.Sleep(200 * time.Millisecond) // past the margin for the two servers' clocks
+	start(t, url, nil)                 // a hello: a sends from now on
+	if !a.Others() {
+		t.Fatal("the first server did not hear of the second")
+	}
+	returnsAtOnce("a change made before the other server came", time.Since(changed))
+}
