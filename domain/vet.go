@@ -4,19 +4,12 @@ package domain
 // cannot drift apart: a new task's names (they become keys, and in the file
 // store paths), a change's legality (CheckTransition), and that the record
 // reads back from its stored form (or the next start-up would call it
-// corrupt). readBack turns the stored form back into the record a restart
-// would load: DecodeTask, or a store's faster equivalent.
-
-// ReadBack is DecodeTask(data) for data = EncodeTask(t), however a store
-// computes it.
-type ReadBack func(t Task, data []byte) (Task, error)
-
-// Decode is the ReadBack that decodes.
-func Decode(_ Task, data []byte) (Task, error) { return DecodeTask(data) }
+// corrupt). readBack (readback.go) turns the stored form back into the
+// record a restart would load.
 
 // VetNew checks a task for Create and returns the record to keep with its
 // stored form.
-func VetNew(t Task, readBack ReadBack) (Task, []byte, error) {
+func VetNew(t Task) (Task, []byte, error) {
 	switch {
 	case !ValidHost(t.Host):
 		return Task{}, nil, E(KindInvalid, CodeInvalidTask, "bad host name %q", t.Host)
@@ -36,7 +29,7 @@ func VetNew(t Task, readBack ReadBack) (Task, []byte, error) {
 // VetChange checks what an update left in place of cur: a legal move of
 // the state machine (which keeps the task's identity), and a record that
 // reads back. It returns the record to keep with its stored form.
-func VetChange(cur, next Task, readBack ReadBack) (Task, []byte, error) {
+func VetChange(cur, next Task) (Task, []byte, error) {
 	if err := CheckTransition(cur, next); err != nil {
 		return Task{}, nil, err
 	}

@@ -373,13 +373,12 @@ func (s *Store) Counts(ref domain.QueueRef) ports.Counts {
 	return q.counts()
 }
 
-// checkNew and checkUpdate are domain.VetNew and VetChange with the
-// index's readBack: the index keeps what a restart would load, with or
-// without a Persister. Every stored change of every store passes here.
-func checkNew(t domain.Task) (domain.Task, []byte, error) { return domain.VetNew(t, readBack) }
+// checkNew and checkUpdate are domain.VetNew and VetChange: the index
+// keeps what a restart would load, with or without a Persister.
+func checkNew(t domain.Task) (domain.Task, []byte, error) { return domain.VetNew(t) }
 
 func checkUpdate(cur, next domain.Task) (domain.Task, []byte, error) {
-	return domain.VetChange(cur, next, readBack)
+	return domain.VetChange(cur, next)
 }
 
 // ByKey returns the current record of the task of ref holding idempotency

@@ -44,11 +44,11 @@ func decode(data []byte) (domain.Task, error) {
 	return t, nil
 }
 
-// checkNew and checkUpdate are domain.VetNew and VetChange, decoding.
-func checkNew(t domain.Task) (domain.Task, []byte, error) { return domain.VetNew(t, domain.Decode) }
+// checkNew and checkUpdate are domain.VetNew and VetChange.
+func checkNew(t domain.Task) (domain.Task, []byte, error) { return domain.VetNew(t) }
 
 func checkUpdate(cur, next domain.Task) (domain.Task, []byte, error) {
-	return domain.VetChange(cur, next, domain.Decode)
+	return domain.VetChange(cur, next)
 }
 
 // Create stores a new task in one statement (with its posted line, when

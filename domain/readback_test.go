@@ -1,16 +1,14 @@
-package index
+package domain
 
 import (
 	"encoding/json"
 	"reflect"
 	"testing"
-
-	"github.com/taskhoster/taskhoster/domain"
 )
 
 // FuzzReadBack holds readBack's shortcut to the answer of the round trip it
-// skips: for any record that encodes, readBack(t, domain.EncodeTask(t)) is
-// domain.DecodeTask(domain.EncodeTask(t)), error or record, field for field.
+// skips: for any record that encodes, readBack(t, EncodeTask(t)) is
+// DecodeTask(EncodeTask(t)), error or record, field for field.
 func FuzzReadBack(f *testing.F) {
 	f.Add("0123456789abcdef", "pending", []byte(`{"url":"a"}`), []byte(nil), []byte(nil), "", "alice", "", 0, false, false)
 	f.Add("0123456789abcdef", "processing", []byte(`{"a":[1,2]}`), []byte(`{"pct":5}`), []byte(nil), "box-1", "bob", "", 1, true, false)
@@ -40,7 +38,7 @@ func FuzzReadBack(f *testing.F) {
 				return // EncodeTask refuses it; no record is made of it
 			}
 		}
-		task := domain.Task{ID: id, Host: "h", Queue: "q", Status: domain.Status(status), Item: raws[0], Progress: raws[1], Result: raws[2], Attempts: attempts}
+		task := Task{ID: id, Host: "h", Queue: "q", Status: Status(status), Item: raws[0], Progress: raws[1], Result: raws[2], Attempts: attempts}
 		if postedBy != "" {
 			task.PostedBy = &postedBy
 		}
@@ -48,7 +46,7 @@ func FuzzReadBack(f *testing.F) {
 			task.Error = &errText
 		}
 		if leased {
-			task.Lease = &domain.Lease{Worker: worker, Until: 5}
+			task.Lease = &Lease{Worker: worker, Until: 5}
 		}
 		if finished {
 			at := int64(7)
@@ -60,8 +58,8 @@ func FuzzReadBack(f *testing.F) {
 			task.Failure, task.Priority = raws[1], attempts
 			task.NotBefore = &task.PostedAt
 		}
-		data := domain.EncodeTask(task)
-		want, wantErr := domain.DecodeTask(data)
+		data := EncodeTask(task)
+		want, wantErr := DecodeTask(data)
 		got, gotErr := readBack(task, data)
 		if (wantErr == nil) != (gotErr == nil) {
 			t.Fatalf("readBack error %v, DecodeTask error %v, for %s", gotErr, wantErr, data)

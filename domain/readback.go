@@ -1,26 +1,24 @@
-package index
+package domain
 
 import (
 	"bytes"
 	"encoding/json"
 	"unicode/utf8"
-
-	"github.com/taskhoster/taskhoster/domain"
 )
 
-// readBack is domain.DecodeTask(data) for data = domain.EncodeTask(t): the
-// record a restart would load, which is what the index keeps. Most records
-// read back as they are, and then it checks t and copies its payloads
-// instead of decoding (a decode of every record is a tenth of the server's CPU under
-// load); otherwise it decodes. It lives here, next to its one caller,
-// because the shortcut leans on how encoding/json compacts and escapes.
-// FuzzReadBack holds the two to the same answer.
-func readBack(t domain.Task, data []byte) (domain.Task, error) {
+// readBack is DecodeTask(data) for data = EncodeTask(t): the record a
+// restart (or a read of the row) would load, which is what a store keeps
+// and returns. Most records read back as they are, and then it checks t
+// and copies its payloads instead of decoding (a decode of every record is
+// a tenth of the server's CPU under load); otherwise it decodes. It lives
+// beside EncodeTask because the shortcut leans on how encoding/json
+// compacts and escapes. FuzzReadBack holds the two to the same answer.
+func readBack(t Task, data []byte) (Task, error) {
 	if !readsBackAsIs(t) {
-		return domain.DecodeTask(data)
+		return DecodeTask(data)
 	}
-	if err := domain.CheckRecord(t); err != nil {
-		return domain.Task{}, err
+	if err := CheckRecord(t); err != nil {
+		return Task{}, err
 	}
 	// The caller's buffers are not the store's to keep.
 	t.Item = bytes.Clone(t.Item)
@@ -40,7 +38,7 @@ var lineSep, paraSep = []byte("\u2028"), []byte("\u2029")
 // a character Marshal escapes (<, >, &, U+2028, U+2029); every string is
 // valid UTF-8 (Marshal replaces bad bytes). Payloads are valid JSON: else
 // EncodeTask, which made the data, would have failed.
-func readsBackAsIs(t domain.Task) bool {
+func readsBackAsIs(t Task) bool {
 	for _, raw := range []json.RawMessage{t.Item, t.Progress, t.Result, t.Failure} {
 		if raw == nil {
 			continue
