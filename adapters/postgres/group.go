@@ -264,8 +264,7 @@ func (s *Store) batch(ops []*op) {
 				}
 				return r.Err()
 			}
-			const first = `SELECT record FROM tasks WHERE ` + claimable + ` AND NOT (id = ANY($4))
-				ORDER BY priority DESC, eligible_at, id LIMIT $5 FOR UPDATE SKIP LOCKED`
+			const first = claimRows
 			q := s.queue(ref)
 			from, ok := q.advance(now)
 			if !ok {
@@ -436,6 +435,12 @@ func (s *Store) batch(ops []*op) {
 		}
 	}
 }
+
+// claimRows locks the first $5 claimable rows of a queue at now $3 in
+// claim order that no other transaction holds, leaving out the ids $4 (the
+// rows the batch's updates hold).
+const claimRows = `SELECT record FROM tasks WHERE ` + claimable + ` AND NOT (id = ANY($4))
+	ORDER BY priority DESC, eligible_at, id LIMIT $5 FOR UPDATE SKIP LOCKED`
 
 // assign gives the rows a batch's claims of one queue locked (in claim
 // order) to those claims: each row to the first claim, in batch order, not

@@ -283,3 +283,80 @@ func TestTranslateQuotes(t *testing.T) {
 	p.check(t, `{"properties":{"\\'":{"const":"\\'"}},"required":["\\'"]}`)
 	p.check(t, `{"properties":{"$1":{"const":"$1"}},"required":["$1"]}`)
 }
+
+// The pool's sessions plan each prepared statement once
+// (plan_cache_mode=force_generic_plan, store.go), and the generic plans
+// of the claims still take their indexes: a query-less claim walks the
+// claim order (tasks_claim), a claim query on a rare const member reads
+// the item index (tasks_item) and one that matches most items the claim
+// order, reading on from a position or not.
+func TestClaimPlansAreGenericAndUseTheirIndexes(t *testing.T) {
+	s, err := Open(context.Background(), pgtest.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	var mode string
+	if err := conn.QueryRow(ctx, `SHOW plan_cache_mode`).Scan(&mode); err != nil || mode != "force_generic_plan" {
+		t.Fatalf("plan_cache_mode %q (%v), want force_generic_plan", mode, err)
+	}
+	// 20 000 pending tasks of one queue, 1% images, and some of another.
+	if _, err := conn.Exec(ctx, `INSERT INTO tasks (`+columns+`, item)
+		SELECT CASE WHEN n % 10 = 0 THEN 'other.example.com' ELSE 'h' END, 'q', lpad(n::text, 16, '0'), 'pending', 0, 0, n, NULL, n, NULL, '\x00',
+			jsonb_build_object('kind', CASE WHEN n % 100 = 99 THEN 'image' ELSE 'video' END, 'n', n)
+		FROM generate_series(1, 20000) n`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `ANALYZE tasks`); err != nil {
+		t.Fatal(err)
+	}
+	image := translate(json.RawMessage(`{"properties":{"kind":{"const":"image"}},"required":["kind"]}`))
+	most := translate(json.RawMessage(`{"properties":{"n":{"minimum":5}}}`))
+	for i, c := range []struct {
+		query, args, index string
+	}{
+		{claimRows, `('h', 'q', 99999, '{}'::text[], 4)`, "tasks_claim"},
+		{`SELECT d.n, c.record FROM (SELECT count(*) AS n FROM tasks WHERE ` + strings.ReplaceAll(dueBetween, "$4", "$6") + `) d
+			LEFT JOIN LATERAL (` + claimRows + `) c ON true`, `('h', 'q', 99999, '{}'::text[], 4, 0)`, "tasks_claim"},
+		{candidatesQuery(false, image), `('h', 'q', 99999)`, "tasks_item"},
+		{candidatesQuery(true, image), `('h', 'q', 99999, 0, 5000, '')`, "tasks_item"},
+		{candidatesQuery(false, most), `('h', 'q', 99999)`, "tasks_claim"},
+		{candidatesQuery(true, most), `('h', 'q', 99999, 0, 5000, '')`, "tasks_claim"},
+	} {
+		name := fmt.Sprintf("p%d", i)
+		if _, err := conn.Exec(ctx, `PREPARE `+name+` AS `+c.query); err != nil {
+			t.Fatalf("prepare %s: %v", c.query, err)
+		}
+		var plan []string
+		for run := 0; run < 6; run++ { // past the first five executions, when auto would still plan custom
+			plan = plan[:0]
+			rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+name+c.args, pgx.QueryExecModeSimpleProtocol)
+			if err != nil {
+				t.Fatalf("explain %s: %v", c.query, err)
+			}
+			for rows.Next() {
+				var line string
+				if err := rows.Scan(&line); err != nil {
+					t.Fatal(err)
+				}
+				plan = append(plan, line)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		text := strings.Join(plan, "\n")
+		if !strings.Contains(text, "$1") {
+			t.Errorf("%s: not a generic plan:\n%s", c.query, text)
+		}
+		if !strings.Contains(text, " "+c.index+" ") {
+			t.Errorf("%s: plan without %s:\n%s", c.query, c.index, text)
+		}
+	}
+}

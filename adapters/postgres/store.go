@@ -122,6 +122,17 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		// that wait together.
 		cfg.MaxConns = defaultMaxConns
 	}
+	if _, set := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !set {
+		// pgx prepares each statement once per connection, but by default
+		// PostgreSQL plans a prepared statement again at each execution
+		// when a plan for its values looks cheaper than the generic one,
+		// which for the batch statements (arrays of any length) it always
+		// does: the planning cost as much as half the execution. Every
+		// statement here has one right plan whatever its values (keys,
+		// claim order; a claim query's conditions are literals), so plan
+		// each once.
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fail("connect to the database", err)

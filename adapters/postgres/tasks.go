@@ -413,17 +413,11 @@ type candidate struct {
 // order after the task after (nil: from the first) that f lets through
 // (nil: all), without locking them.
 func (s *Store) candidates(ctx context.Context, ref domain.QueueRef, now int64, after *domain.Task, f *filter) ([]candidate, error) {
-	query := `SELECT record, item IS NOT NULL FROM tasks WHERE ` + claimable
 	args := []any{ref.Host, ref.Queue, now}
 	if after != nil {
-		query += ` AND (priority < $4 OR (priority = $4 AND (eligible_at, id) > ($5, $6)))`
 		args = append(args, int64(after.Priority), after.EligibleAt(), after.ID)
 	}
-	if f != nil {
-		query += ` AND ` + f.where
-	}
-	query += fmt.Sprintf(` ORDER BY priority DESC, eligible_at, id LIMIT %d`, claimBatch)
-	rows, err := s.pool.Query(ctx, query, args...)
+	rows, err := s.pool.Query(ctx, candidatesQuery(after != nil, f), args...)
 	if err != nil {
 		return nil, fail("claim candidates", err)
 	}
@@ -444,6 +438,19 @@ func (s *Store) candidates(ctx context.Context, ref domain.QueueRef, now int64, 
 		return nil, fail("claim candidates", err)
 	}
 	return out, nil
+}
+
+// candidatesQuery is candidates' statement: host $1, queue $2, now $3 and,
+// after, the claim order's position to read on from ($4 to $6).
+func candidatesQuery(after bool, f *filter) string {
+	query := `SELECT record, item IS NOT NULL FROM tasks WHERE ` + claimable
+	if after {
+		query += ` AND (priority < $4 OR (priority = $4 AND (eligible_at, id) > ($5, $6)))`
+	}
+	if f != nil {
+		query += ` AND ` + f.where
+	}
+	return query + fmt.Sprintf(` ORDER BY priority DESC, eligible_at, id LIMIT %d`, claimBatch)
 }
 
 // records runs a query of records and decodes them.
