@@ -67,6 +67,9 @@ type op struct {
 	// opCreate: the record to store and its stored form.
 	task domain.Task
 	data []byte
+	// opUpdate: the record fn decides on instead of the locked row's, its
+	// UPDATE guarded by it (guess.go); nil: the row is locked first.
+	guess *guess
 
 	// What the batch did, read by the caller once done is closed.
 	done     chan struct{}
@@ -79,6 +82,10 @@ type op struct {
 	logged   func() // the staged line's, to call once committed
 	// heldPending: the record the batch locked for it was pending.
 	heldPending bool
+	// missed: the change was not made on its guess (refused on it, or the
+	// stored record was another): the caller makes it again, unguessed.
+	missed  bool
+	written []byte // the stored form of out, once stored
 }
 
 // group collects the changes waiting for a leader.
@@ -184,7 +191,9 @@ func (s *Store) batch(ops []*op) {
 	for _, o := range live {
 		switch o.kind {
 		case opUpdate:
-			updates = append(updates, o)
+			if o.guess == nil {
+				updates = append(updates, o)
+			}
 		case opClaim:
 			if claims[o.ref] == nil {
 				queues = append(queues, o.ref)
@@ -328,6 +337,10 @@ func (s *Store) batch(ops []*op) {
 		let := assign(claims[ref], rows, given)
 		release[ref] += let
 	}
+	claimedKeys := map[domain.Key]bool{}
+	for _, t := range given {
+		claimedKeys[domain.KeyOf(t)] = true
+	}
 	var posts postRows
 	var changes changeRows
 	for _, o := range live {
@@ -337,6 +350,14 @@ func (s *Store) batch(ops []*op) {
 			s.addCreate(&posts, o)
 			continue
 		case opUpdate:
+			if o.guess != nil {
+				if claimedKeys[o.key] {
+					o.missed = true // a claim of this batch holds the row: not as guessed
+					continue
+				}
+				cur = o.guess.task
+				break
+			}
 			data, ok := rows[o.key]
 			if !ok {
 				o.err = domain.ErrNotFound
@@ -362,12 +383,20 @@ func (s *Store) batch(ops []*op) {
 		}
 		next := cur.Clone()
 		if err := o.fn(&next); err != nil {
+			if o.guess != nil {
+				o.missed = true // refused on the guess: decided again on the row
+				continue
+			}
 			o.out, o.err = cur, err
 			letGo()
 			continue
 		}
 		stored, data, err := checkUpdate(cur, next)
 		if err != nil {
+			if o.guess != nil {
+				o.missed = true
+				continue
+			}
 			o.out, o.err = cur, err
 			letGo()
 			continue
@@ -375,6 +404,10 @@ func (s *Store) batch(ops []*op) {
 		if s.staged != nil {
 			if ev, archive, logged, ok := s.staged(o.ctx); ok {
 				var archived []string
+				if archive && o.guess != nil {
+					o.missed = true // its bodies would be written whether or not the guess holds
+					continue
+				}
 				if archive {
 					if archived, err = queueBodies(w, ev); err != nil {
 						o.out, o.err = cur, err
@@ -386,8 +419,12 @@ func (s *Store) batch(ops []*op) {
 				o.logged = logged
 			}
 		}
-		o.out = stored
-		changes.tasks.add(stored, data)
+		o.out, o.written = stored, data
+		var guard []byte
+		if o.guess != nil {
+			guard = o.guess.data
+		}
+		changes.add(stored, data, guard)
 		o.stored = true
 	}
 	posts.queue(w)
@@ -430,8 +467,14 @@ func (s *Store) batch(ops []*op) {
 		if o.kind == opCreate && o.stored && !posts.created[o.key] {
 			o.stored, o.alone = false, true // a taken id or key: alone, it says which
 		}
+		if o.guess != nil && o.stored && !changes.updated[o.key] {
+			o.stored, o.missed, o.logged = false, true, nil // the stored record was another
+		}
 		if o.stored && o.logged != nil {
 			o.logged()
+		}
+		if o.stored && o.kind != opCreate {
+			s.recent.stored(o.out, o.written)
 		}
 	}
 }

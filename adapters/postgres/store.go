@@ -101,6 +101,8 @@ type Store struct {
 
 	group group // changes waiting for a batch (group.go)
 
+	recent recent // the processing records stored last, for guesses (guess.go)
+
 	onRead ReadHook // nil: none (tasks.go, Get)
 
 	onRelease func(domain.QueueRef, int) // nil: none (group.go, release)
