@@ -231,9 +231,7 @@ func (s *Store) batch(ops []*op) {
 			for i, o := range updates {
 				hosts[i], qs[i], ids[i] = o.key.Host, o.key.Queue, o.key.ID
 			}
-			b.Queue(`SELECT host, queue, id, record FROM tasks
-				WHERE (host, queue, id) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))
-				ORDER BY host, queue, id FOR UPDATE`, hosts, qs, ids).Query(func(r pgx.Rows) error {
+			b.Queue(lockRowsSQL, hosts, qs, ids).Query(func(r pgx.Rows) error {
 				for r.Next() {
 					var k domain.Key
 					var data []byte
@@ -478,6 +476,11 @@ func (s *Store) batch(ops []*op) {
 		}
 	}
 }
+
+// lockRowsSQL locks the rows of the keys ($1 to $3), in key order.
+const lockRowsSQL = `SELECT host, queue, id, record FROM tasks
+	WHERE (host, queue, id) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::text[]))
+	ORDER BY host, queue, id FOR UPDATE`
 
 // claimRows locks the first $5 claimable rows of a queue at now $3 in
 // claim order that no other transaction holds, leaving out the ids $4 (the
