@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -93,6 +94,9 @@ type group struct {
 	mu      sync.Mutex
 	waiting []*op
 	leaders int
+	// claiming are the queues a running batch claims from: a claim of one
+	// waits for the next batch (see take).
+	claiming map[domain.QueueRef]bool
 }
 
 // run hands o to a batch and waits until the batch is done with it.
@@ -112,39 +116,68 @@ func (s *Store) run(o *op) {
 // lead runs batches until no change is waiting.
 func (s *Store) lead() {
 	for {
-		batch := s.take()
+		batch, refs := s.take()
 		if batch == nil {
 			return
 		}
 		s.batch(batch)
+		s.group.mu.Lock()
+		for _, ref := range refs {
+			delete(s.group.claiming, ref)
+		}
+		s.group.mu.Unlock()
 	}
 }
 
 // take removes up to maxBatch waiting changes, none of a task another
-// already taken changes, in the order they arrived; nil (and the leader
-// leaves) when none is waiting.
-func (s *Store) take() []*op {
+// already taken changes and no claim of a queue another running batch
+// claims from, in the order they arrived, and returns them with the queues
+// they claim from; nil (and the leader leaves) when none can be taken.
+//
+// One claiming batch per queue at a time: a batch whose claims read the
+// queue while another's claims are committing sees the rows that one took
+// still pending, locks their new versions only to find them taken, and
+// comes back short (so its claims look again). The next batch reads
+// after the COMMIT, and takes every claim that waited meanwhile. The
+// leader of the running batch takes again once it is done, so claims left
+// waiting here are never left without a leader.
+func (s *Store) take() ([]*op, []domain.QueueRef) {
 	g := &s.group
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.waiting) == 0 {
-		g.leaders--
-		return nil
-	}
 	var batch, left []*op
+	var refs []domain.QueueRef
 	keys := make(map[domain.Key]bool)
 	for _, o := range g.waiting {
 		if len(batch) == maxBatch || (o.kind != opClaim && keys[o.key]) {
 			left = append(left, o)
 			continue
 		}
-		if o.kind != opClaim {
+		if o.kind == opClaim {
+			if g.claiming[o.ref] {
+				left = append(left, o)
+				continue
+			}
+			if !slices.Contains(refs, o.ref) {
+				refs = append(refs, o.ref)
+			}
+		} else {
 			keys[o.key] = true
 		}
 		batch = append(batch, o)
 	}
 	g.waiting = left
-	return batch
+	if len(batch) == 0 {
+		g.leaders--
+		return nil, nil
+	}
+	if len(refs) > 0 && g.claiming == nil {
+		g.claiming = make(map[domain.QueueRef]bool)
+	}
+	for _, ref := range refs {
+		g.claiming[ref] = true
+	}
+	return batch, refs
 }
 
 // finish answers every op of the batch.
