@@ -23,6 +23,10 @@ import (
 // (the refusal may be the guess's), is made again the ordinary way, on the
 // locked row. A change of a pending task is never guessed: claims take
 // pending rows, and a pending row let go unchanged must wake one (release).
+// A guarded UPDATE that found the row changed after its snapshot holds the
+// row's latest version until its COMMIT even though it wrote nothing; the
+// change made again right after locks and reads that version, and wakes a
+// claim if it is pending and left unchanged, as any change does.
 
 // maxRecent bounds the records kept for guesses; past it one is dropped.
 const maxRecent = 8192
