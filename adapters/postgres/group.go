@@ -120,7 +120,7 @@ func (s *Store) run(o *op) {
 	<-o.done
 }
 
-// lead runs batches until no change is waiting.
+// lead runs batches until no waiting change can be taken (take).
 func (s *Store) lead() {
 	for {
 		batch, refs := s.take()

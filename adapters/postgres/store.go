@@ -20,7 +20,9 @@
 // locking SELECT; the write, its line and COMMIT). The posts, claims
 // without a query and updates one server makes at the same time share one
 // transaction (group commit, group.go): each still decided by its fn on
-// its locked row, two round trips and one COMMIT for the lot. A claim
+// its locked row (or, for a task this Store holds processing, on the
+// record it stored last, written only where that is still the row's:
+// guess.go), two round trips and one COMMIT for the lot. A claim
 // without a query takes the first claimable pending rows in claim order,
 // FOR UPDATE SKIP LOCKED. A claim with a query reads candidates in claim
 // order, a batch at a time and without locks, tests the Matcher on each in
@@ -155,7 +157,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 // that read a whole table are off: they are still used where nothing else
 // can run a statement (a prune of the log by day), but never chosen over an
 // index. (In a run of 3 000 tasks on a table emptied before it, they read
-// 0.8 to 2.4 million rows.) What they are still used for then costs more
+// 0.8 to 2.8 million rows.) What they are still used for then costs more
 // than any threshold of JIT compilation, whose 70 ms would be spent on a
 // prune of a few milliseconds: JIT is off (no statement here gains from it).
 var sessionSettings = map[string]string{
