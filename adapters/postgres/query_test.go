@@ -283,3 +283,115 @@ func TestTranslateQuotes(t *testing.T) {
 	p.check(t, `{"properties":{"\\'":{"const":"\\'"}},"required":["\\'"]}`)
 	p.check(t, `{"properties":{"$1":{"const":"$1"}},"required":["$1"]}`)
 }
+
+// The pool's sessions plan each prepared statement once
+// (plan_cache_mode=force_generic_plan, store.go), and the plans kept find
+// their rows by index: the batch statements look up their keys in the
+// primary key even when planned on an empty table (the plan is kept as the
+// table grows), a query-less claim walks the claim order (tasks_claim), a
+// claim query on a rare const member reads the item index (tasks_item) and
+// one that matches most items the claim order, reading on from a position
+// or not; and what only a scan can run is not JIT-compiled.
+func TestPlansAreGenericAndUseTheirIndexes(t *testing.T) {
+	s, err := Open(context.Background(), pgtest.Database(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for name, want := range sessionSettings {
+		var got string
+		if err := conn.QueryRow(ctx, `SELECT current_setting($1)`, name).Scan(&got); err != nil || got != want {
+			t.Fatalf("%s = %q (%v), want %q", name, got, err, want)
+		}
+	}
+	prepared := 0
+	// explain prepares query (with plan_cache_mode force_generic_plan,
+	// planned at its first execution and kept), explains its execution
+	// with args and checks the plan is generic and reads index.
+	explain := func(query, args, index string) {
+		t.Helper()
+		prepared++
+		name := fmt.Sprintf("p%d", prepared)
+		if _, err := conn.Exec(ctx, `PREPARE `+name+` AS `+query); err != nil {
+			t.Fatalf("prepare %s: %v", query, err)
+		}
+		rows, err := conn.Query(ctx, `EXPLAIN EXECUTE `+name+args, pgx.QueryExecModeSimpleProtocol)
+		if err != nil {
+			t.Fatalf("explain %s: %v", query, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var line string
+			if err := rows.Scan(&line); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, line)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		text := strings.Join(plan, "\n")
+		var generic, custom int64
+		if err := conn.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = $1`, name).Scan(&generic, &custom); err != nil {
+			t.Fatal(err)
+		}
+		if generic != 1 || custom != 0 {
+			t.Errorf("%s: %d generic plans and %d custom, want the generic one only", query, generic, custom)
+		}
+		if !strings.Contains(text, " "+index+" ") || strings.Contains(text, "Seq Scan on tasks") || strings.Contains(text, "Hash Join") {
+			t.Errorf("%s: want a plan that reads %s, and no scan of tasks:\n%s", query, index, text)
+		}
+	}
+	keys := `('{h,h,h}', '{q,q,q}', '{a,b,c}')`
+	cols := `('{h,h}', '{q,q}', '{a,b}', '{finished,finished}', '{2,2}', '{0,0}', '{1,1}', '{NULL,NULL}', '{1,1}', '{NULL,NULL}', '{x,y}', '{d,d}', '{h,h}', '{q,q}', '{a,b}', '{l,l}'`
+	batch := func() {
+		explain(lockRowsSQL, keys, "tasks_pkey")
+		explain(updateRowsSQL, cols+`)`, "tasks_pkey")
+		explain(guardedUpdateRowsSQL, cols+`, '{NULL,g}')`, "tasks_pkey")
+	}
+	batch() // on the empty table
+	// What only a scan can run (the log's prune) is not compiled for the
+	// cost the settings give the scan.
+	rows, err := conn.Query(ctx, `EXPLAIN DELETE FROM event_lines WHERE day < '2026-01-01'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(line, "JIT") {
+			t.Errorf("the prune is compiled: %s", line)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	// 20 000 pending tasks of one queue, 1% images, and some of another.
+	if _, err := conn.Exec(ctx, `INSERT INTO tasks (`+columns+`, item)
+		SELECT CASE WHEN n % 10 = 0 THEN 'other.example.com' ELSE 'h' END, 'q', lpad(n::text, 16, '0'), 'pending', 0, 0, n, NULL, n, NULL, '\x00',
+			jsonb_build_object('kind', CASE WHEN n % 100 = 99 THEN 'image' ELSE 'video' END, 'n', n)
+		FROM generate_series(1, 20000) n`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `ANALYZE tasks`); err != nil {
+		t.Fatal(err)
+	}
+	batch()
+	image := translate(json.RawMessage(`{"properties":{"kind":{"const":"image"}},"required":["kind"]}`))
+	most := translate(json.RawMessage(`{"properties":{"n":{"minimum":5}}}`))
+	explain(claimRows, `('h', 'q', 99999, '{}'::text[], 4)`, "tasks_claim")
+	explain(`SELECT d.n, c.record FROM (SELECT count(*) AS n FROM tasks WHERE `+strings.ReplaceAll(dueBetween, "$4", "$6")+`) d
+		LEFT JOIN LATERAL (`+claimRows+`) c ON true`, `('h', 'q', 99999, '{}'::text[], 4, 0)`, "tasks_claim")
+	explain(candidatesQuery(false, image), `('h', 'q', 99999)`, "tasks_item")
+	explain(candidatesQuery(true, image), `('h', 'q', 99999, 0, 5000, '')`, "tasks_item")
+	explain(candidatesQuery(false, most), `('h', 'q', 99999)`, "tasks_claim")
+	explain(candidatesQuery(true, most), `('h', 'q', 99999, 0, 5000, '')`, "tasks_claim")
+}

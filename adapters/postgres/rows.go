@@ -114,26 +114,76 @@ func (c *postRows) queue(b *pgx.Batch) {
 	})
 }
 
-// changeRows are a batch's changes of rows it holds, with their lines.
+// changeRows are a batch's changes of rows, with their lines: of rows it
+// holds, and guessed ones (guess.go), each guarded by the record it was
+// decided on.
 type changeRows struct {
-	tasks tasksColumns
-	lines lineColumns
+	tasks   tasksColumns
+	lines   lineColumns
+	guards  [][]byte            // nil: a row the batch holds
+	guessed bool                // some change is guarded
+	updated map[domain.Key]bool // with guesses: the rows changed, once the statement ran
+}
+
+func (u *changeRows) add(t domain.Task, data, guard []byte) {
+	u.tasks.add(t, data)
+	u.guards = append(u.guards, guard)
+	u.guessed = u.guessed || guard != nil
 }
 
 // queue queues the UPDATE of every row and the INSERT of the lines, as one
-// statement.
+// statement. With guesses, a row changes only where its record is the
+// guard (the one the change was decided on: PostgreSQL checks it again on
+// the row's latest version once it has the row's lock), a line goes in
+// only with its row, and the statement returns the rows it changed.
 func (u *changeRows) queue(b *pgx.Batch) {
 	if u.tasks.len() == 0 {
 		return
 	}
 	args := append(u.tasks.args(), u.lines.args()...)
-	b.Queue(`WITH upd AS (
-			UPDATE tasks t SET status = v.status, stage = v.stage, priority = v.priority, eligible_at = v.eligible_at,
-				not_before = v.not_before, posted_at = v.posted_at, idempotency_key = v.idempotency_key, record = v.record
-			FROM `+unnestTasks+` AS v(host, queue, id, status, stage, priority, eligible_at, not_before, posted_at, idempotency_key, record)
-			WHERE t.host = v.host AND t.queue = v.queue AND t.id = v.id)
-		`+insertLineSQL+` SELECT * FROM unnest($12::text[], $13::text[], $14::text[], $15::text[], $16::bytea[])`, args...)
+	if !u.guessed {
+		b.Queue(updateRowsSQL, args...)
+		return
+	}
+	u.updated = make(map[domain.Key]bool, u.tasks.len())
+	b.Queue(guardedUpdateRowsSQL, append(args, u.guards)...).Query(func(r pgx.Rows) error {
+		for r.Next() {
+			var k domain.Key
+			if err := r.Scan(&k.Host, &k.Queue, &k.ID); err != nil {
+				return err
+			}
+			u.updated[k] = true
+		}
+		return r.Err()
+	})
 }
+
+// updateRowsSQL writes the rows of tasksColumns ($1 to $11) and inserts
+// the lines of lineColumns ($12 to $16).
+const updateRowsSQL = `WITH upd AS (
+		` + setRowsSQL + `
+		FROM ` + unnestTasks + ` AS v(host, queue, id, status, stage, priority, eligible_at, not_before, posted_at, idempotency_key, record)
+		WHERE t.host = v.host AND t.queue = v.queue AND t.id = v.id)
+	` + insertLineSQL + ` SELECT * FROM unnest($12::text[], $13::text[], $14::text[], $15::text[], $16::bytea[])`
+
+// guardedUpdateRowsSQL is updateRowsSQL with a guard per row ($17, NULL:
+// none): a guarded row is written only where its record is the guard, a
+// line only with its row, and it returns the rows written.
+const guardedUpdateRowsSQL = `WITH upd AS (
+		` + setRowsSQL + `
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int2[], $6::int8[], $7::int8[], $8::int8[], $9::int8[], $10::text[], $11::bytea[], $17::bytea[])
+			AS v(host, queue, id, status, stage, priority, eligible_at, not_before, posted_at, idempotency_key, record, guard)
+		WHERE t.host = v.host AND t.queue = v.queue AND t.id = v.id AND (v.guard IS NULL OR t.record = v.guard)
+		RETURNING t.host, t.queue, t.id),
+	lines AS (
+		` + insertLineSQL + `
+		SELECT l.day, l.host, l.queue, l.id, l.line
+		FROM unnest($12::text[], $13::text[], $14::text[], $15::text[], $16::bytea[]) AS l(day, host, queue, id, line)
+		WHERE (l.host, l.queue, l.id) IN (SELECT host, queue, id FROM upd))
+	SELECT host, queue, id FROM upd`
+
+const setRowsSQL = `UPDATE tasks t SET status = v.status, stage = v.stage, priority = v.priority, eligible_at = v.eligible_at,
+		not_before = v.not_before, posted_at = v.posted_at, idempotency_key = v.idempotency_key, record = v.record`
 
 // itemSQL is the value of the column item for a row whose item is the
 // text item (NULL: none) and whose record is record: the text as jsonb,

@@ -201,11 +201,21 @@ const updateRow = `UPDATE tasks SET status = $4, stage = $5, priority = $6, elig
 
 // Update applies fn to the current record and stores the result, in one
 // transaction holding the task's row, in a batch with the server's other
-// changes (group.go).
+// changes (group.go). A task this Store last stored processing is changed
+// on a guess of its record, and on the locked row when the guess misses
+// (guess.go).
 func (s *Store) Update(ctx context.Context, k domain.Key, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
 	o := &op{kind: opUpdate, ctx: ctx, key: k, fn: fn}
+	if g, ok := s.recent.take(k); ok {
+		o.guess = &g
+	}
 	s.run(o)
 	thenErr := s.settleOp(o, func() error { return then.Call(o.out) })
+	if o.missed {
+		o = &op{kind: opUpdate, ctx: ctx, key: k, fn: fn}
+		s.run(o)
+		thenErr = s.settleOp(o, func() error { return then.Call(o.out) })
+	}
 	switch {
 	case o.alone:
 		return s.updateAlone(ctx, k, fn, then)
@@ -254,7 +264,11 @@ func (s *Store) change(ctx context.Context, tx *txn, data []byte, fn func(*domai
 	}
 	b := &pgx.Batch{}
 	b.Queue(updateRow, row(stored, data)...)
-	return stored, s.commit(ctx, tx, b, cur, stored, func() error { return then.Call(stored) })
+	err = s.commit(ctx, tx, b, cur, stored, func() error { return then.Call(stored) })
+	if err == nil {
+		s.recent.stored(stored, data)
+	}
+	return stored, err
 }
 
 // letGo wakes a claim for cur if it is pending: its transaction held it
@@ -413,17 +427,11 @@ type candidate struct {
 // order after the task after (nil: from the first) that f lets through
 // (nil: all), without locking them.
 func (s *Store) candidates(ctx context.Context, ref domain.QueueRef, now int64, after *domain.Task, f *filter) ([]candidate, error) {
-	query := `SELECT record, item IS NOT NULL FROM tasks WHERE ` + claimable
 	args := []any{ref.Host, ref.Queue, now}
 	if after != nil {
-		query += ` AND (priority < $4 OR (priority = $4 AND (eligible_at, id) > ($5, $6)))`
 		args = append(args, int64(after.Priority), after.EligibleAt(), after.ID)
 	}
-	if f != nil {
-		query += ` AND ` + f.where
-	}
-	query += fmt.Sprintf(` ORDER BY priority DESC, eligible_at, id LIMIT %d`, claimBatch)
-	rows, err := s.pool.Query(ctx, query, args...)
+	rows, err := s.pool.Query(ctx, candidatesQuery(after != nil, f), args...)
 	if err != nil {
 		return nil, fail("claim candidates", err)
 	}
@@ -444,6 +452,19 @@ func (s *Store) candidates(ctx context.Context, ref domain.QueueRef, now int64, 
 		return nil, fail("claim candidates", err)
 	}
 	return out, nil
+}
+
+// candidatesQuery is candidates' statement: host $1, queue $2, now $3 and,
+// after, the claim order's position to read on from ($4 to $6).
+func candidatesQuery(after bool, f *filter) string {
+	query := `SELECT record, item IS NOT NULL FROM tasks WHERE ` + claimable
+	if after {
+		query += ` AND (priority < $4 OR (priority = $4 AND (eligible_at, id) > ($5, $6)))`
+	}
+	if f != nil {
+		query += ` AND ` + f.where
+	}
+	return query + fmt.Sprintf(` ORDER BY priority DESC, eligible_at, id LIMIT %d`, claimBatch)
 }
 
 // records runs a query of records and decodes them.
@@ -494,6 +515,7 @@ func (s *Store) Delete(ctx context.Context, k domain.Key, check func(domain.Task
 				return struct{}{}, err
 			}
 		}
+		s.recent.forget(k)
 		b := &pgx.Batch{}
 		b.Queue(`DELETE FROM tasks WHERE host = $1 AND queue = $2 AND id = $3`, k.Host, k.Queue, k.ID)
 		return struct{}{}, s.commit(ctx, tx, b, cur, cur, func() error { return then.Call(cur) })
