@@ -79,7 +79,10 @@ func (n *Notifier) Readable(ctx context.Context, t domain.Task, age time.Duratio
 // changes nothing before the servers there have answered its hello (see
 // Alone). Those announcements were not recorded (Publish, alone), so such
 // a read must not wait for them. metMargin covers the servers' estimates
-// of the database's clock; a change inside it is treated as another's.
+// of the database's clock; a change inside it is treated as another's. A
+// server that carried on without this one's answer (helloWait: this
+// listener lagged or was down) may change tasks before its hello arrives
+// here; a watch here may then see such a change twice.
 func (n *Notifier) ownChange(age time.Duration) bool {
 	if !n.others.Load() {
 		return true
