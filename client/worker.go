@@ -70,7 +70,10 @@ type Worker struct {
 	Limit int
 
 	// OnOutcome, if set, is told how each task ended: what was handed in,
-	// the server's answer, and how long the handler ran.
+	// the server's answer, and how long the handler ran. It and OnDone are
+	// called one at a time (acks come back side by side), so they may
+	// keep state without a lock of their own; a slow one holds up the
+	// others' outcomes, not the work.
 	OnOutcome func(Outcome)
 	// OnDone, if set, is told how each task ended, in short: err is
 	// Outcome.Err and accepted is Outcome.Ack.Accepted. When neither
@@ -230,6 +233,8 @@ type run struct {
 	failOnce sync.Once
 	fatal    error
 	fail     func(error)
+
+	outcomes sync.Mutex // OnOutcome and OnDone run one at a time (done)
 }
 
 // slot is one unit of concurrency: claim, handle, hand in, again. The
@@ -528,6 +533,8 @@ func (r *run) beat(parent context.Context, t *Task) (stop func()) {
 func (m message) ack() Ack { return Ack{Accepted: m.Accepted, Status: m.Status, Lease: m.Lease} }
 
 func (r *run) done(o Outcome) {
+	r.outcomes.Lock()
+	defer r.outcomes.Unlock()
 	if r.w.OnOutcome != nil {
 		r.w.OnOutcome(o)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -338,5 +339,45 @@ func TestWorkerWorksOnWhileResultsWaitForTheirAcks(t *testing.T) {
 		if !seen[id] {
 			t.Errorf("no outcome for %s: %+v", id, outcomes)
 		}
+	}
+}
+
+// Acks come back side by side (each hand-in awaits its own), but the
+// Worker tells their outcomes one at a time, so a callback may keep plain
+// state, as OnOutcome's documentation promises.
+func TestWorkerTellsOutcomesOneAtATime(t *testing.T) {
+	f := newFakeQueue(t)
+	f.holdAcks = true
+	const n = 5
+	var inside, overlaps, told atomic.Int32
+	w := &client.Worker{
+		Client:      client.New(f.srv.URL),
+		Queue:       "q",
+		Concurrency: 1,
+		Limit:       n,
+		Handler: func(ctx context.Context, task *client.Task) (any, error) {
+			return map[string]bool{"ok": true}, nil
+		},
+		OnOutcome: func(o client.Outcome) {
+			if inside.Add(1) > 1 {
+				overlaps.Add(1)
+			}
+			time.Sleep(5 * time.Millisecond) // long enough for another to come in
+			inside.Add(-1)
+			told.Add(1)
+		},
+	}
+	wait := startWorker(t, context.Background(), w)
+	f.add(n)
+	waitFinished(t, f, n)
+	f.releaseAcks() // every ack at once
+	if err := wait(); err != nil {
+		t.Fatalf("Run = %v, want nil after Limit tasks", err)
+	}
+	if told.Load() != n {
+		t.Fatalf("%d outcomes told, want %d", told.Load(), n)
+	}
+	if overlaps.Load() > 0 {
+		t.Errorf("OnOutcome ran beside itself %d times, want one call at a time", overlaps.Load())
 	}
 }
