@@ -14,17 +14,19 @@ import (
 	"github.com/taskhoster/taskhoster/domain"
 )
 
-// Group commit. The changes one server makes at the same time (posts,
-// claims without a query, updates) go into one transaction together, so
+// Group commit. The changes one server makes at the same time go into
+// one transaction together: its claims without a query and updates in
+// one, its posts in another (two lines of batches, side by side: run), so
 // that a busy server pays two round trips and one COMMIT for a batch of
-// changes instead of for each, as River does for its fetches and
-// completions. Nothing waits to fill a batch: a change that arrives while
-// no batch runs starts one at once (alone, when the server is idle); the
-// changes that arrive while one runs are taken together by the next, and
-// another batch starts beside it (up to maxLeaders at once) only when they
-// fill more than the running leaders will take. Batches side by side would
-// each pay their round trips and COMMIT for fewer changes: on two CPUs,
-// four leaders at once cost the database twice the CPU per task of one.
+// changes (one round trip for a batch of posts) instead of for each, as
+// River does for its fetches and completions. Nothing waits to fill a
+// batch: a change that arrives while no batch of its line runs starts one
+// at once (alone, when the server is idle); the changes that arrive while
+// one runs are taken together by the next, and another batch of the line
+// starts beside it (up to maxLeaders at once) only when they fill more
+// than the running leaders will take. Batches side by side would each pay
+// their round trips and COMMIT for fewer changes: on two CPUs, four
+// leaders at once cost the database twice the CPU per task of one.
 //
 // A batch is the rules' one transaction each, done side by side: the
 // first round trip locks every row the batch touches (the updates' rows by
@@ -45,8 +47,8 @@ import (
 // answer (the connection dropped) may or may not have committed: each
 // change is answered unavailable, as a change alone would be.
 
-// maxLeaders is how many batches one Store runs at once; maxBatch how many
-// changes one takes.
+// maxLeaders is how many batches of one line a Store runs at once;
+// maxBatch how many changes one takes.
 const (
 	maxLeaders = 4
 	maxBatch   = 64
@@ -103,9 +105,19 @@ type group struct {
 }
 
 // run hands o to a batch and waits until the batch is done with it.
+// Posts have batches of their own (s.posts), beside those of claims and
+// updates (s.group): a batch of posts only inserts, in one round trip and
+// its COMMIT, while one with claims or updates first locks their rows in a
+// round trip of its own; a post that waited for such a batch, and then
+// rode the next, took twice as long (a producer that posts one task at a
+// time posts half as fast). New rows are no other batch's to lock, so the
+// two lines of batches do not wait for each other.
 func (s *Store) run(o *op) {
 	o.done = make(chan struct{})
 	g := &s.group
+	if o.kind == opCreate {
+		g = &s.posts
+	}
 	g.mu.Lock()
 	g.waiting = append(g.waiting, o)
 	// A leader starts at once when none runs; another only once the
@@ -114,25 +126,25 @@ func (s *Store) run(o *op) {
 	// together, one transaction and one COMMIT for the lot.
 	if g.leaders == 0 || (g.leaders < maxLeaders && len(g.waiting) > maxBatch*g.leaders) {
 		g.leaders++
-		go s.lead()
+		go s.lead(g)
 	}
 	g.mu.Unlock()
 	<-o.done
 }
 
-// lead runs batches until no waiting change can be taken (take).
-func (s *Store) lead() {
+// lead runs batches of g until no waiting change can be taken (take).
+func (s *Store) lead(g *group) {
 	for {
-		batch, refs := s.take()
+		batch, refs := g.take()
 		if batch == nil {
 			return
 		}
 		s.batch(batch)
-		s.group.mu.Lock()
+		g.mu.Lock()
 		for _, ref := range refs {
-			delete(s.group.claiming, ref)
+			delete(g.claiming, ref)
 		}
-		s.group.mu.Unlock()
+		g.mu.Unlock()
 	}
 }
 
@@ -148,8 +160,7 @@ func (s *Store) lead() {
 // after the COMMIT, and takes every claim that waited meanwhile. The
 // leader of the running batch takes again once it is done, so claims left
 // waiting here are never left without a leader.
-func (s *Store) take() ([]*op, []domain.QueueRef) {
-	g := &s.group
+func (g *group) take() ([]*op, []domain.QueueRef) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var batch, left []*op

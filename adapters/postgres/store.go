@@ -17,12 +17,12 @@
 // record read, write the row and commit; whoever holds the row decides, so
 // races (two claims, a result against a timeout) are decided by fn on the
 // current record. A rule costs two round trips (txn.go: BEGIN with the
-// locking SELECT; the write, its line and COMMIT). The posts, claims
-// without a query and updates one server makes at the same time share one
-// transaction (group commit, group.go): each still decided by its fn on
-// its locked row (or, for a task this Store holds processing, on the
-// record it stored last, written only where that is still the row's:
-// guess.go), two round trips and one COMMIT for the lot. A claim
+// locking SELECT; the write, its line and COMMIT). The claims without a
+// query and updates one server makes at the same time share one
+// transaction, and its posts another (group commit, group.go): each still
+// decided by its fn on its locked row (or, for a task this Store holds
+// processing, on the record it stored last, written only where that is
+// still the row's: guess.go), two round trips and one COMMIT for the lot. A claim
 // without a query takes the first claimable pending rows in claim order,
 // FOR UPDATE SKIP LOCKED. A claim with a query reads candidates in claim
 // order, a batch at a time and without locks, tests the Matcher on each in
@@ -101,7 +101,8 @@ type Store struct {
 
 	retries atomic.Int64 // transactions run again (txn.go)
 
-	group group // changes waiting for a batch (group.go)
+	group group // claims and updates waiting for a batch (group.go)
+	posts group // posts waiting for a batch (group.go, run)
 
 	recent recent // the processing records stored last, for guesses (guess.go)
 
