@@ -21,7 +21,7 @@ func TestWorkerReleaseAndFailure(t *testing.T) {
 	f := newFakeQueue(t)
 	ids := f.add(3)
 	var mu sync.Mutex
-	var outcomes []string
+	outcomes := map[string][]string{} // by task: the acks of different tasks come back in any order
 	calls := map[string]int{}
 	w := &client.Worker{
 		Client: client.New(f.srv.URL), Queue: "q", Limit: 4,
@@ -41,8 +41,8 @@ func TestWorkerReleaseAndFailure(t *testing.T) {
 		OnOutcome: func(o client.Outcome) {
 			mu.Lock()
 			defer mu.Unlock()
-			outcomes = append(outcomes, fmt.Sprintf("%s %s accepted=%v status=%q err=%v",
-				o.Task.ID, o.Sent, o.Ack.Accepted, o.Ack.Status, o.Err))
+			outcomes[o.Task.ID] = append(outcomes[o.Task.ID], fmt.Sprintf("%s accepted=%v status=%q err=%v",
+				o.Sent, o.Ack.Accepted, o.Ack.Status, o.Err))
 			if o.Took <= 0 {
 				t.Errorf("task %s: Took = %v", o.Task.ID, o.Took)
 			}
@@ -51,11 +51,10 @@ func TestWorkerReleaseAndFailure(t *testing.T) {
 	if err := startWorker(t, context.Background(), w)(); err != nil {
 		t.Fatalf("Run = %v", err)
 	}
-	want := []string{
-		ids[0] + ` release accepted=true status="pending" err=<nil>`,
-		ids[1] + ` fail accepted=true status="" err=<nil>`,
-		ids[2] + ` result accepted=true status="" err=<nil>`,
-		ids[0] + ` result accepted=true status="" err=<nil>`,
+	want := map[string][]string{
+		ids[0]: {`release accepted=true status="pending" err=<nil>`, `result accepted=true status="" err=<nil>`},
+		ids[1]: {`fail accepted=true status="" err=<nil>`},
+		ids[2]: {`result accepted=true status="" err=<nil>`},
 	}
 	if diff := cmp.Diff(want, outcomes); diff != "" {
 		t.Errorf("outcomes (-want +got):\n%s", diff)
