@@ -102,16 +102,21 @@ func (c *postRows) queue(b *pgx.Batch) {
 			SELECT l.day, l.host, l.queue, l.id, l.line
 			FROM unnest($14::text[], $15::text[], $16::text[], $17::text[], $18::bytea[]) AS l(day, host, queue, id, line)
 			WHERE (l.host, l.queue, l.id) IN (SELECT host, queue, id FROM ins))
-		SELECT host, queue, id FROM ins`, args...).Query(func(r pgx.Rows) error {
+		SELECT host, queue, id FROM ins`, args...).Query(keysInto(c.created))
+}
+
+// keysInto reads rows of (host, queue, id) into set.
+func keysInto(set map[domain.Key]bool) func(pgx.Rows) error {
+	return func(r pgx.Rows) error {
 		for r.Next() {
 			var k domain.Key
 			if err := r.Scan(&k.Host, &k.Queue, &k.ID); err != nil {
 				return err
 			}
-			c.created[k] = true
+			set[k] = true
 		}
 		return r.Err()
-	})
+	}
 }
 
 // changeRows are a batch's changes of rows, with their lines: of rows it
@@ -146,16 +151,7 @@ func (u *changeRows) queue(b *pgx.Batch) {
 		return
 	}
 	u.updated = make(map[domain.Key]bool, u.tasks.len())
-	b.Queue(guardedUpdateRowsSQL, append(args, u.guards)...).Query(func(r pgx.Rows) error {
-		for r.Next() {
-			var k domain.Key
-			if err := r.Scan(&k.Host, &k.Queue, &k.ID); err != nil {
-				return err
-			}
-			u.updated[k] = true
-		}
-		return r.Err()
-	})
+	b.Queue(guardedUpdateRowsSQL, append(args, u.guards)...).Query(keysInto(u.updated))
 }
 
 // updateRowsSQL writes the rows of tasksColumns ($1 to $11) and inserts
