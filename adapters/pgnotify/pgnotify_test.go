@@ -3,6 +3,7 @@ package pgnotify_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -247,4 +248,84 @@ func TestAloneSendsNothingUntilAnotherServerStarts(t *testing.T) {
 	_, done := parked(t, ctx, b)
 	a.Publish(posted(1))
 	woken(t, done, 10*time.Second, "a post on the first server did not wake a claim on the second, started after it")
+}
+
+// A pending task that one server's transaction locked and let go unchanged
+// wakes a claim waiting on the other server, whose look had found nothing
+// (the task was locked) and whose wake went no further: the stores wired as
+// the server wires them (HasPending, HandOnEmpty, OnRelease to Wake). No
+// server probes for free rows; this wake is what a claim that found
+// nothing relies on (postgres.Store.HandOnEmpty).
+func TestTaskLetGoOnOneServerWakesAClaimOnTheOther(t *testing.T) {
+	url := pgtest.Database(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	server := func() (*postgres.Store, *pgnotify.Notifier) {
+		s, err := postgres.Open(ctx, url)
+		if err != nil {
+			t.Fatalf("open store: %v", err)
+		}
+		t.Cleanup(s.Close)
+		n := pgnotify.New(notify.NewHub(notify.WithPending(s.HasPending), notify.WithEmptyLook(s.HandOnEmpty)), url, s, nil)
+		s.OnRelease(n.Wake)
+		if err := n.Start(ctx); err != nil {
+			t.Fatalf("start: %v", err)
+		}
+		t.Cleanup(n.Stop)
+		return s, n
+	}
+	sa, _ := server()
+	sb, nb := server()
+	task, _ := domain.Post(id, resize.Host, resize.Queue, json.RawMessage(`{}`), "alice", time.Now())
+	if err := sa.Create(ctx, task, nil); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	claim := func(tk *domain.Task) error {
+		var err error
+		*tk, _, err = tk.Claim("w", time.Minute, time.Now())
+		return err
+	}
+
+	// A's claim locks the task and holds it.
+	locked, proceed, letGo := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		_, err := sa.ClaimNext(ctx, resize, nil, time.Now(), func(*domain.Task) error {
+			close(locked)
+			<-proceed
+			return errors.New("let go") // the task stays pending
+		}, nil)
+		letGo <- err
+	}()
+	<-locked
+
+	// B's claim looks, finds nothing claimable (the row is locked), and waits.
+	looks := new(atomic.Int64)
+	looked := make(chan struct{})
+	got := make(chan domain.Task, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- nb.Await(ctx, resize, func() (bool, error) {
+			tk, err := sb.ClaimNext(ctx, resize, nil, time.Now(), claim, nil)
+			if looks.Add(1) == 1 {
+				close(looked)
+			}
+			if err != nil {
+				return false, err
+			}
+			got <- tk
+			return true, nil
+		})
+	}()
+	<-looked
+	if looks.Load() != 1 || len(got) != 0 {
+		t.Fatal("B's claim took the task A holds")
+	}
+	close(proceed)
+	if err := <-letGo; err == nil {
+		t.Fatal("A's claim took the task")
+	}
+	woken(t, done, 5*time.Second, "the claim on B was not woken when A let the task go")
+	if tk := <-got; tk.ID != id || tk.Status != domain.Processing {
+		t.Errorf("B's claim took %s (%s), want %s processing", tk.ID, tk.Status, id)
+	}
 }

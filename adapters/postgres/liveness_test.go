@@ -136,10 +136,10 @@ func mustExec(t *testing.T, s *Store, sql string) {
 }
 
 // HasPending: yes for a pending task nobody holds; no while this Store's
-// claim holds the only one (a wake handed on would find nothing); when
-// another server's claim holds it, yes if the store was not told of other
-// servers (it cannot tell), no if it was (a row lock tells); no once it
-// is claimed.
+// claim holds the only one (a wake handed on would find nothing); yes while
+// another server's claim holds it (it cannot tell, and takes no row lock to
+// find out); no once it is claimed. HandOnEmpty is no throughout: a claim
+// that found nothing claimable ends the wake, with a free row there too.
 func TestHasPendingLeavesOutWhatItsClaimsHold(t *testing.T) {
 	url := pgtest.Database(t)
 	s, err := Open(context.Background(), url)
@@ -163,9 +163,10 @@ func TestHasPendingLeavesOutWhatItsClaimsHold(t *testing.T) {
 	if !s.HasPending(ref) {
 		t.Fatal("a pending task nobody holds is not seen")
 	}
-	for i, holder := range []*Store{s, other, other} {
-		shared := i == 2
-		s.SharedWith(func() bool { return shared })
+	if s.HandOnEmpty(ref) {
+		t.Error("a claim that found nothing hands its wake on")
+	}
+	for _, holder := range []*Store{s, other} {
 		locked, proceed := make(chan struct{}), make(chan struct{})
 		done := make(chan error, 1)
 		go func() {
@@ -181,8 +182,8 @@ func TestHasPendingLeavesOutWhatItsClaimsHold(t *testing.T) {
 		case err := <-done:
 			t.Fatalf("the claim ended without locking the task: %v", err)
 		}
-		if got, want := s.HasPending(ref), holder != s && !shared; got != want {
-			t.Errorf("held by this store's claim (%v), told of other servers (%v): HasPending = %v, want %v", holder == s, shared, got, want)
+		if got, want := s.HasPending(ref), holder != s; got != want {
+			t.Errorf("held by this store's claim (%v): HasPending = %v, want %v", holder == s, got, want)
 		}
 		close(proceed)
 		<-done

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/ports"
 )
@@ -108,10 +107,10 @@ func (s *Store) Counts(ref domain.QueueRef) ports.Counts {
 
 // HasPending reports whether ref has a pending task (delayed or not) that
 // no claim of this Store holds: the hub asks it each time a woken claim
-// found nothing (notify.WithPending), to hand the wake on only while there
-// is something to take. Counts(ref).Pending > 0 would count the tasks that
-// claims in flight hold too, so that under load every futile wake went
-// down the whole line of waiting claims, each finding nothing.
+// found nothing it wanted (notify.WithPending), to hand the wake on only
+// while there is something to take. Counts(ref).Pending > 0 would count the
+// tasks that claims in flight hold too, so that under load every futile
+// wake went down the whole line of waiting claims, each finding nothing.
 //
 // One statement, no lock: it counts the pending rows, up to one more than
 // this Store's claim batches hold (queue.hold), and says yes if there are
@@ -119,17 +118,14 @@ func (s *Store) Counts(ref domain.QueueRef) ports.Counts {
 // unheld before the count and unheld again after: held less the rows let
 // go meanwhile were held (and so pending) across the snapshot, so a
 // pending row beyond them may be free. A row a claim held that then went
-// back to pending wakes a claim of its own (release); one another
-// server's claim holds would count as pending here (a wake handed on in
-// vain), so when SharedWith says other servers may be there a row lock
-// tells instead (unlockedPending). A database that cannot be reached has
-// none.
+// back to pending wakes a claim of its own (release). Rows other servers'
+// claims hold count as pending here, so with other servers a wake may be
+// handed on in vain; the claim it reaches looks, finds nothing claimable
+// at all, and the wake stops there (HandOnEmpty). A database that cannot be
+// reached has none.
 func (s *Store) HasPending(ref domain.QueueRef) bool {
 	ctx, cancel := shortCtx()
 	defer cancel()
-	if s.shared != nil && s.shared() {
-		return s.unlockedPending(ctx, ref)
-	}
 	q := s.queue(ref)
 	held, unheld := q.holding()
 	var n int64
@@ -144,38 +140,17 @@ func (s *Store) HasPending(ref domain.QueueRef) bool {
 
 // HandOnEmpty reports whether a wake whose claim found nothing claimable
 // in ref at all is still to go on to the next claim in line
-// (notify.WithEmptyLook). Alone on the database, never: the claim's
+// (notify.WithEmptyLook): never, on one server or many. The claim's
 // SELECT … FOR UPDATE SKIP LOCKED saw every claimable row but those other
-// transactions held, and a transaction of this Store that lets a pending
-// row go unchanged wakes a claim for it (release); so nobody else in line
-// could take anything. With other servers there, as HasPending says: their
-// probes (unlockedPending) hold rows for a moment and wake nobody.
-func (s *Store) HandOnEmpty(ref domain.QueueRef) bool {
-	return s.shared != nil && s.shared() && s.HasPending(ref)
-}
-
-// unlockedPending is HasPending with other servers on the database, whose
-// claims' rows this Store cannot count: a row lock tells (FOR KEY SHARE,
-// which every claim's FOR UPDATE conflicts with, SKIP LOCKED, rolled back
-// at once: one round trip, but an xid and a tuple lock).
-func (s *Store) unlockedPending(ctx context.Context, ref domain.QueueRef) bool {
-	var free bool
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(`SELECT EXISTS (SELECT 1 FROM (SELECT 1 FROM tasks WHERE host = $1 AND queue = $2 AND status = 'pending'
-		LIMIT 1 FOR KEY SHARE SKIP LOCKED) t)`, ref.Host, ref.Queue).QueryRow(func(r pgx.Row) error { return r.Scan(&free) })
-	b.Queue("ROLLBACK")
-	if s.pool.SendBatch(ctx, b).Close() != nil {
-		return false
-	}
-	return free
-}
-
-// SharedWith tells the store whether other servers may share its
-// database (pgnotify.Notifier.Others): HasPending then asks the database
-// whether their claims hold the pending rows it counts. Call it before
-// serving.
-func (s *Store) SharedWith(others func() bool) { s.shared = others }
+// transactions held, and every transaction of every server that locks a
+// pending row either changes it (a claim, a cancel: news of its own) or,
+// letting it go unchanged, wakes a claim for it here and on the other
+// servers (release, through the notifier's Wake). So nobody else in line
+// could take anything now. No statement here takes a row lock only to
+// look: such a probe would hide rows from the others' claims and wake
+// nobody, and asking one after every futile wake was a row lock and a
+// transaction per task with two servers.
+func (s *Store) HandOnEmpty(domain.QueueRef) bool { return false }
 
 // Each reads a page of eachFirst records first, then pages four times as
 // large up to eachPage: the sweep stops at the first pending task too

@@ -109,8 +109,6 @@ type Store struct {
 	onRead ReadHook // nil: none (tasks.go, Get)
 
 	onRelease func(domain.QueueRef, int) // nil: none (group.go, release)
-
-	shared func() bool // nil: no other server (read.go, HasPending)
 }
 
 // Open connects to the database at url (a postgres:// URL or a key=value

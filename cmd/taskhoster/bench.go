@@ -51,7 +51,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		label      = fs.String("label", "", "the disc's name in the report (default: the folder)")
 		commit     = fs.String("commit", "", "the source the binary was built from, for the report (default: its VCS stamp, or git HEAD now)")
 		binary     = fs.String("binary", "", "the taskhoster binary to serve (default: this one)")
-		url        = fs.String("url", "", "measure the server at this URL instead of starting one")
+		url        = fs.String("url", "", "measure the server at this URL instead of starting one (comma-separated: several servers of one queue on one database, workers and posts spread over them)")
 		host       = fs.String("host", "", "with --url: the Host header (the host folder)")
 		token      = fs.String("token", "", "with --url: a token allowed to post and work")
 		queue      = fs.String("queue", "bench", "with --url: the queue to use (any item must be valid)")
@@ -95,9 +95,12 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 	if c.Label == "" {
 		c.Label = c.Dir
 	}
-	c.Existing = bench.Target{URL: strings.TrimRight(*url, "/"), Host: *host, Token: *token, Queue: *queue}
-	if c.Existing.URL != "" && c.Existing.Host == "" {
-		c.Existing.Host = strings.TrimPrefix(strings.TrimPrefix(c.Existing.URL, "http://"), "https://")
+	for _, u := range benchList(*url) {
+		t := bench.Target{URL: strings.TrimRight(u, "/"), Host: *host, Token: *token, Queue: *queue}
+		if t.Host == "" {
+			t.Host = strings.TrimPrefix(strings.TrimPrefix(t.URL, "http://"), "https://")
+		}
+		c.Existing = append(c.Existing, t)
 	}
 	c.Logs = *logs
 	c.N, c.K, c.Runs, c.ItemBytes = *n, *k, *runs, *itemBytes
@@ -130,7 +133,7 @@ func benchCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "taskhoster bench: -depths:", err)
 		return 2
 	}
-	if c.Binary == "" && c.Existing.URL == "" {
+	if c.Binary == "" && len(c.Existing) == 0 {
 		if c.Binary, err = os.Executable(); err != nil {
 			fmt.Fprintln(stderr, "taskhoster bench: cannot find this binary:", err)
 			return 1

@@ -40,10 +40,12 @@ type Config struct {
 	// Commit names the source the binary was built from; empty: its VCS
 	// stamp, or the git commit of the current folder.
 	Commit string
-	// Existing, if URL is set, is a server the bench does not start:
-	// only throughput and hand-off are measured, and the event-log check
-	// runs only if Logs (its --logs folder) is given.
-	Existing Target
+	// Existing, if given, are servers the bench does not start (several:
+	// of one queue on one database, the workers and posts spread over
+	// them): only throughput and hand-off (on the first) are measured, and
+	// the event-log check runs only if Logs (one server's --logs folder) is
+	// given.
+	Existing []Target
 	Logs     string
 
 	Sections   []string // of Sections; empty: all
@@ -149,7 +151,7 @@ func (c Config) contends(group string) bool {
 	return len(c.Contenders) == 0 || slices.Contains(c.Contenders, group)
 }
 
-func (c Config) own() bool { return c.Existing.URL == "" }
+func (c Config) own() bool { return len(c.Existing) == 0 }
 
 func (c Config) progress(format string, args ...any) {
 	if c.Progress != nil {
@@ -283,9 +285,9 @@ func withServer(c Config, sync string, prepare func(Folders) error, fn func(*Ser
 // stopped, which flushes it.
 func throughputOnce(ctx context.Context, c Config, transport, sync string, ld Load) (LoadRun, error) {
 	if !c.own() {
-		r, ids, err := Throughput(ctx, c.Existing, transport, ld)
+		r, ids, err := ThroughputOn(ctx, c.Existing, transport, ld)
 		if err == nil && c.Logs != "" {
-			err = CountResults(c.Logs, c.Existing.Queue, ids, false)
+			err = CountResults(c.Logs, c.Existing[0].Queue, ids, false)
 		}
 		return r, err
 	}

@@ -257,7 +257,7 @@ func TestSmokeExisting(t *testing.T) {
 	}
 	defer s.Kill()
 	c := Defaults()
-	c.Existing, c.Logs = s.Target, f.Logs
+	c.Existing, c.Logs = []Target{s.Target}, f.Logs
 	c.Sections = []string{SectionThroughput, SectionHandoff}
 	c.Runs, c.N, c.Loads, c.K, c.Handoffs = 2, 30, []Pair{{2, 2}}, 1, 3
 	c.Transports = []string{Socket}

@@ -95,7 +95,7 @@ func runHandoff(ctx context.Context, c Config, rep *Report) []HandoffRow {
 					return err
 				}, nil)
 			} else {
-				r, err = Handoff(ctx, c.Existing, c.Handoffs, c.ItemBytes)
+				r, err = Handoff(ctx, c.Existing[0], c.Handoffs, c.ItemBytes)
 			}
 			name := fmt.Sprintf("hand-off sync=%s run %d", sync, round)
 			if err != nil {

@@ -342,11 +342,6 @@ var NotifyModule = fx.Module("notify",
 		}); ok {
 			r.OnRelease(n.Wake)
 		}
-		// With other servers there, HasPending asks whether their claims
-		// hold the pending tasks it counts.
-		if r, ok := repo.(interface{ SharedWith(func() bool) }); ok {
-			r.SharedWith(n.Others)
-		}
 		lc.Append(fx.StartStopHook(n.Start, n.Stop))
 		return n
 	}),
