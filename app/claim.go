@@ -124,7 +124,7 @@ func (s *Service) watched(ctx context.Context, t domain.Task, sub ports.Subscrip
 	switch {
 	case err != nil || sub == nil:
 		return t, nil, err
-	case s.othersMayChange():
+	case s.othersMayChange() && s.mayHaveMissed(t):
 		w, err := s.follow(ctx, domain.KeyOf(t), sub)
 		if err != nil {
 			return t, nil, nil
@@ -140,6 +140,17 @@ func (s *Service) watched(ctx context.Context, t domain.Task, sub ports.Subscrip
 func (s *Service) othersMayChange() bool {
 	o, ok := s.notifier.(interface{ Others() bool })
 	return ok && o.Others()
+}
+
+// mayHaveMissed reports whether another server's change of the claimed
+// task t may have been announced here before the claim's Then subscribed,
+// so that the subscription would not get it: a Notifier that remembers
+// what it heard says (pgnotify.Notifier.Heard); without one, yes.
+func (s *Service) mayHaveMissed(t domain.Task) bool {
+	h, ok := s.notifier.(interface {
+		Heard(k domain.Key, attempts int) bool
+	})
+	return !ok || h.Heard(domain.KeyOf(t), t.Attempts)
 }
 
 // claimNow claims a task now, if one is there.

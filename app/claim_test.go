@@ -155,3 +155,62 @@ func TestClaimWatchedSeesLaterChangesWithoutARead(t *testing.T) {
 		})
 	}
 }
+
+// othersNotifier is a hub beside other servers (Others) that says whether
+// it heard of a change of the task another server made (Heard).
+type othersNotifier struct {
+	*notify.Hub
+	heard bool
+	asked atomic.Int64
+}
+
+func (o *othersNotifier) Others() bool { return true }
+
+func (o *othersNotifier) Heard(domain.Key, int) bool {
+	o.asked.Add(1)
+	return o.heard
+}
+
+// Beside other servers, ClaimWatched reads the task only when the notifier
+// may have let another server's change of it go by before the claim's Then
+// subscribed (pgnotify.Notifier.Heard): a read per claim otherwise.
+func TestClaimWatchedBesideOtherServersReadsOnlyWhatItMayHaveMissed(t *testing.T) {
+	for _, heard := range []bool{false, true} {
+		t.Run(map[bool]string{false: "nothing heard", true: "heard"}[heard], func(t *testing.T) {
+			f := newFixture(t, domain.DefaultSettings())
+			repo := &countingRepo{Store: f.repo}
+			n := &othersNotifier{Hub: notify.NewHub(), heard: heard}
+			svc := app.New(app.Deps{
+				Repo: repo, Syncer: f.sync, Log: f.log, Notifier: n,
+				Clock: f.clock, Compiler: schema.Compiler{},
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			posted, err := svc.Post(ctx, f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			task, watch, err := svc.ClaimWatched(ctx, f.q, "w", nil, time.Minute, nil, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer watch.Close()
+			if task.ID != posted.ID || watch.Task.Status != domain.Processing {
+				t.Fatalf("claimed %s, watch begins at %s", task.ID, watch.Task.Status)
+			}
+			want := int64(0)
+			if heard {
+				want = 1
+			}
+			if got := repo.gets.Load(); got != want || n.asked.Load() != 1 {
+				t.Errorf("asked Heard %d times, read the task %d times; want once, and %d reads", n.asked.Load(), got, want)
+			}
+			if _, err := svc.Cancel(ctx, f.q, posted.ID, app.Canceller{Manage: true}); err != nil {
+				t.Fatal(err)
+			}
+			if ev, err := watch.Next(ctx); err != nil || ev.Kind != domain.EventCancelled {
+				t.Fatalf("next change = %s, %v; want cancelled", ev.Kind, err)
+			}
+		})
+	}
+}

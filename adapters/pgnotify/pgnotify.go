@@ -127,6 +127,7 @@ type Notifier struct {
 
 	watched sync.Map // domain.Key → *atomic.Int64: local subscriptions
 	recent  recent   // the records announced here lately (Readable)
+	heard   heard    // the attempts other servers announced lately (Heard)
 
 	others atomic.Bool   // another server may listen: send (Alone)
 	met    atomic.Int64  // when others became true, Unix ns by this machine's clock (meet)
@@ -442,7 +443,9 @@ func (n *Notifier) listenOnce(ctx context.Context) (listened bool, err error) {
 		close(n.listened)
 	} else {
 		// Notifications sent while no connection listened are lost: every
-		// local claim looks again, every local watcher starts over.
+		// local claim looks again, every local watcher starts over, and a
+		// watch begun from now on cannot tell what it missed (Heard).
+		n.heard.lost()
 		n.hub.Interrupt()
 	}
 	for {
@@ -499,6 +502,7 @@ func (n *Notifier) receive(ctx context.Context, payload []byte) {
 			return
 		}
 		ev.Task = t
+		n.heard.note(domain.KeyOf(t), t.Attempts) // before the hub has it (Heard)
 		n.hub.Publish(ev)
 		n.recent.add(domain.KeyOf(t), domain.EncodeTask(t))
 		return
@@ -506,6 +510,7 @@ func (n *Notifier) receive(ctx context.Context, payload []byte) {
 	// Too large to carry the record: wake a claim, and read the record
 	// only for watchers here.
 	k := domain.Key{Host: m.Host, Queue: m.Queue, ID: m.ID}
+	n.heard.note(k, anyAttempt)
 	if n.get == nil || !n.watchedHere(k) {
 		if m.Claimable {
 			n.hub.Wake(q, 1)

@@ -223,6 +223,11 @@ func TestListenerReconnects(t *testing.T) {
 	if _, ok := <-sub.C(); ok || !sub.Lost() {
 		t.Error("the local watcher was not cut off")
 	}
+	// News may have gone by while no connection listened: a watch begun
+	// now cannot tell what it missed, of any task.
+	if !b.Heard(domain.Key{Host: resize.Host, Queue: resize.Queue, ID: "0000000000000bad"}, 1) {
+		t.Error("after a reconnect Heard says no news went by")
+	}
 
 	// And news flows again.
 	_, done = parked(t, ctx, b)
@@ -327,5 +332,52 @@ func TestTaskLetGoOnOneServerWakesAClaimOnTheOther(t *testing.T) {
 	woken(t, done, 5*time.Second, "the claim on B was not woken when A let the task go")
 	if tk := <-got; tk.ID != id || tk.Status != domain.Processing {
 		t.Errorf("B's claim took %s (%s), want %s processing", tk.ID, tk.Status, id)
+	}
+}
+
+// Heard: another server's news of a task is noted before it is handed on,
+// with its attempt, so that a subscription made after it went by can tell
+// (app.Service.ClaimWatched); a server's own news is not, nor news of an
+// earlier attempt; a notification without its record counts as any attempt.
+func TestHeardNotesOtherServersNewsByAttempt(t *testing.T) {
+	ctx, a, b, _ := servers(t, 10*time.Second)
+	k := domain.Key{Host: resize.Host, Queue: resize.Queue, ID: id}
+	if b.Heard(k, 0) {
+		t.Fatal("heard before any news")
+	}
+	sub := b.Subscribe(k, 4)
+	defer sub.Close()
+	task, _ := domain.Post(id, resize.Host, resize.Queue, json.RawMessage(`{}`), "alice", time.Now())
+	_, claimed, err := task.Claim("w", time.Minute, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Publish(claimed)
+	select {
+	case <-sub.C():
+	case <-ctx.Done():
+		t.Fatal("B got no news")
+	}
+	if !b.Heard(k, 1) || !b.Heard(k, 0) {
+		t.Error("B did not note A's news of attempt 1")
+	}
+	if b.Heard(k, 2) {
+		t.Error("news of attempt 1 counts for attempt 2")
+	}
+	if a.Heard(k, 1) {
+		t.Error("A noted its own news")
+	}
+
+	big := domain.Key{Host: resize.Host, Queue: resize.Queue, ID: "00000000000000b2"}
+	bigSub := b.Subscribe(big, 4)
+	defer bigSub.Close()
+	_, ev := domain.Post(big.ID, resize.Host, resize.Queue, json.RawMessage(`{"blob":"`+strings.Repeat("x", 20_000)+`"}`), "alice", time.Now())
+	a.Publish(ev) // no store to read it from: B wakes, and notes it
+	deadline := time.Now().Add(5 * time.Second)
+	for !b.Heard(big, 1000) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !b.Heard(big, 1000) {
+		t.Error("a notification without its record does not count as any attempt")
 	}
 }
