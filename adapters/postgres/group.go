@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -15,11 +16,12 @@ import (
 )
 
 // Group commit. The changes one server makes at the same time go into
-// one transaction together: its claims without a query and updates in
-// one, its posts in another (two lines of batches, side by side: run), so
-// that a busy server pays two round trips and one COMMIT for a batch of
-// changes (one round trip for a batch of posts) instead of for each, as
-// River does for its fetches and completions. Nothing waits to fill a
+// one transaction together: its claims without a query and updates of
+// locked rows in one, its posts and guessed updates in another (two lines
+// of batches, side by side: run), so that a busy server pays two round
+// trips and one COMMIT for a batch of changes (one round trip for a
+// direct batch) instead of for each, as River does for its fetches and
+// completions. Nothing waits to fill a
 // batch: a change that arrives while no batch of its line runs starts one
 // at once (alone, when the server is idle); the changes that arrive while
 // one runs are taken together by the next, and another batch of the line
@@ -105,18 +107,22 @@ type group struct {
 }
 
 // run hands o to a batch and waits until the batch is done with it.
-// Posts have batches of their own (s.posts), beside those of claims and
-// updates (s.group): a batch of posts only inserts, in one round trip and
-// its COMMIT, while one with claims or updates first locks their rows in a
-// round trip of its own; a post that waited for such a batch, and then
-// rode the next, took twice as long (a producer that posts one task at a
-// time posts half as fast). New rows are no other batch's to lock, so the
-// two lines of batches do not wait for each other.
+// Changes that need no row locked first, posts and updates decided on a
+// guess (guess.go), have batches of their own (s.direct), beside those of
+// claims and the other updates (s.group): a direct batch writes, in one
+// round trip with its COMMIT, while the other first locks its rows in a
+// round trip of its own; a post or a result that waited for such a batch,
+// and then rode the next, took twice as long (a producer that posts one
+// task at a time posted half as fast), and made the batches that claims
+// wait for longer. New rows are no other batch's to lock, and a guarded
+// UPDATE that meets a row another batch holds waits for it and then finds
+// its guard failed, so the two lines of batches do not wait on each other
+// but for a row both change.
 func (s *Store) run(o *op) {
 	o.done = make(chan struct{})
 	g := &s.group
-	if o.kind == opCreate {
-		g = &s.posts
+	if o.kind == opCreate || o.guess != nil {
+		g = &s.direct
 	}
 	g.mu.Lock()
 	g.waiting = append(g.waiting, o)
@@ -220,6 +226,14 @@ func (s *Store) batch(ops []*op) {
 	if len(live) == 0 {
 		return
 	}
+	// In key order (claims, which have none, first and as they came): the
+	// guarded UPDATE of a direct batch locks its rows as it writes them,
+	// and batches that each lock in key order never wait on each other in
+	// a circle. Should the database's plan take them in another order, a
+	// deadlock it breaks fails the batch, whose changes are then run alone.
+	slices.SortStableFunc(live, func(a, b *op) int {
+		return cmp.Or(cmp.Compare(a.key.Host, b.key.Host), cmp.Compare(a.key.Queue, b.key.Queue), cmp.Compare(a.key.ID, b.key.ID))
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn, err := s.pool.Acquire(ctx)
@@ -327,21 +341,32 @@ func (s *Store) batch(ops []*op) {
 			from, ok := q.advance(now)
 			if !ok {
 				b.Queue(first, ref.Host, ref.Queue, now, held, len(cs)).Query(func(r pgx.Rows) error { return scan(r) })
-				continue
-			}
-			// With the count of the tasks come due since the queue's last
-			// look, in the same statement: a row per task claimed, or one
-			// with no record.
-			m := &moved{ref: ref, from: from, to: now}
-			advanced = append(advanced, m)
-			b.Queue(`SELECT d.n, c.record FROM (SELECT count(*) AS n FROM tasks WHERE `+strings.ReplaceAll(dueBetween, "$4", "$6")+`) d
+			} else {
+				// With the count of the tasks come due since the queue's last
+				// look, in the same statement: a row per task claimed, or one
+				// with no record.
+				m := &moved{ref: ref, from: from, to: now}
+				advanced = append(advanced, m)
+				b.Queue(`SELECT d.n, c.record FROM (SELECT count(*) AS n FROM tasks WHERE `+strings.ReplaceAll(dueBetween, "$4", "$6")+`) d
 				LEFT JOIN LATERAL (`+first+`) c ON true`, ref.Host, ref.Queue, now, held, len(cs), from).Query(func(r pgx.Rows) error {
+					var n int
+					if err := scan(r, &n); err != nil {
+						return err
+					}
+					q.addDue(n)
+					m.counted = true
+					return nil
+				})
+			}
+			// Whether claimable rows are left beyond those the claims
+			// locked (HasPending): the rows it counts, up to one more than
+			// the claims, include those just locked, still pending.
+			b.Queue(countClaimable, ref.Host, ref.Queue, now, held, len(cs)+1).QueryRow(func(r pgx.Row) error {
 				var n int
-				if err := scan(r, &n); err != nil {
+				if err := r.Scan(&n); err != nil {
 					return err
 				}
-				q.addDue(n)
-				m.counted = true
+				q.lookedAt(n > len(claimed[ref]))
 				return nil
 			})
 		}
@@ -538,6 +563,11 @@ const lockRowsSQL = `SELECT host, queue, id, record FROM tasks
 // rows the batch's updates hold).
 const claimRows = `SELECT record FROM tasks WHERE ` + claimable + ` AND NOT (id = ANY($4))
 	ORDER BY priority DESC, eligible_at, id LIMIT $5 FOR UPDATE SKIP LOCKED`
+
+// countClaimable counts the claimable rows of a queue at now $3, up to
+// $5, leaving out the ids $4, whether or not another transaction holds
+// them.
+const countClaimable = `SELECT count(*) FROM (SELECT 1 FROM tasks WHERE ` + claimable + ` AND NOT (id = ANY($4)) LIMIT $5) t`
 
 // assign gives the rows a batch's claims of one queue locked (in claim
 // order) to those claims: each row to the first claim, in batch order, not

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -193,5 +194,33 @@ func TestHasPendingLeavesOutWhatItsClaimsHold(t *testing.T) {
 	}
 	if s.HasPending(ref) {
 		t.Error("a claimed task is still pending")
+	}
+}
+
+// A claim batch that saw claimable rows beyond those it locked lets
+// HasPending say yes without a statement: the hub asks after each wake a
+// claim got while it looked, which under a backlog is nearly every claim.
+// With the pool closed a count would fail and say no. A batch that took the
+// last row leaves HasPending to count again.
+func TestHasPendingAfterALookThatLeftRowsAsksNothing(t *testing.T) {
+	ref := domain.QueueRef{Host: "task.example.com", Queue: "q"}
+	for _, tc := range []struct {
+		posted int
+		want   bool
+	}{{posted: 2, want: true}, {posted: 1, want: false}} {
+		s := openStore(t)
+		for i := range tc.posted {
+			task, _ := domain.Post(fmt.Sprintf("00000000000000c%d", i), ref.Host, ref.Queue, json.RawMessage(`{}`), "alice", epoch)
+			if err := s.Create(context.Background(), task, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.ClaimNext(context.Background(), ref, nil, time.Now(), claimAt(time.Now()), nil); err != nil {
+			t.Fatal(err)
+		}
+		s.pool.Close()
+		if got := s.HasPending(ref); got != tc.want {
+			t.Errorf("%d posted, one claimed, the database gone: HasPending = %v, want %v", tc.posted, got, tc.want)
+		}
 	}
 }

@@ -123,10 +123,24 @@ func (s *Store) Counts(ref domain.QueueRef) ports.Counts {
 // handed on in vain; the claim it reaches looks, finds nothing claimable
 // at all, and the wake stops there (HandOnEmpty). A database that cannot be
 // reached has none.
+//
+// Yes without asking while the queue's latest claim batch saw claimable
+// rows beyond those it locked (countClaimable, in the batch's first round
+// trip): under a backlog every batch does, and the count here would only
+// ever say yes, a round trip for each wake a claim got while it looked. A
+// yes is never wrong to give, only maybe in vain: the claim the wake goes
+// on to looks, and one that finds nothing claimable at all stops the wake
+// there.
 func (s *Store) HasPending(ref domain.QueueRef) bool {
+	q := s.queue(ref)
+	q.mu.Lock()
+	more := q.more
+	q.mu.Unlock()
+	if more {
+		return true
+	}
 	ctx, cancel := shortCtx()
 	defer cancel()
-	q := s.queue(ref)
 	held, unheld := q.holding()
 	var n int64
 	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM tasks WHERE host = $1 AND queue = $2 AND status = 'pending' LIMIT $3) t`,

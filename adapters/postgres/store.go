@@ -101,8 +101,8 @@ type Store struct {
 
 	retries atomic.Int64 // transactions run again (txn.go)
 
-	group group // claims and updates waiting for a batch (group.go)
-	posts group // posts waiting for a batch (group.go, run)
+	group  group // claims and updates of locked rows waiting for a batch (group.go)
+	direct group // posts and guessed updates waiting for a batch (group.go, run)
 
 	recent recent // the processing records stored last, for guesses (guess.go)
 
@@ -183,6 +183,17 @@ type queue struct {
 	// held is how many pending rows this Store's claim batches hold now,
 	// unheld how many they have let go of in all (HasPending).
 	held, unheld int64
+	// more: the latest claim batch of the queue saw claimable rows beyond
+	// those it locked (HasPending).
+	more bool
+}
+
+// lookedAt notes whether a claim batch saw claimable rows beyond those it
+// locked.
+func (q *queue) lookedAt(more bool) {
+	q.mu.Lock()
+	q.more = more
+	q.mu.Unlock()
 }
 
 // hold counts n pending rows a claim batch locked.
