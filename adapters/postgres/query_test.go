@@ -291,7 +291,8 @@ func TestTranslateQuotes(t *testing.T) {
 // table grows), a query-less claim walks the claim order (tasks_claim), a
 // claim query on a rare const member reads the item index (tasks_item) and
 // one that matches most items the claim order, reading on from a position
-// or not; and what only a scan can run is not JIT-compiled.
+// or not, as does a claims batch's count of the rows beyond its own; and
+// what only a scan can run is not JIT-compiled.
 func TestPlansAreGenericAndUseTheirIndexes(t *testing.T) {
 	s, err := Open(context.Background(), pgtest.Database(t))
 	if err != nil {
@@ -388,6 +389,7 @@ func TestPlansAreGenericAndUseTheirIndexes(t *testing.T) {
 	image := translate(json.RawMessage(`{"properties":{"kind":{"const":"image"}},"required":["kind"]}`))
 	most := translate(json.RawMessage(`{"properties":{"n":{"minimum":5}}}`))
 	explain(claimRows, `('h', 'q', 99999, '{}'::text[], 4)`, "tasks_claim")
+	explain(countClaimable, `('h', 'q', 99999, '{}'::text[], 5)`, "tasks_claim")
 	explain(`SELECT d.n, c.record FROM (SELECT count(*) AS n FROM tasks WHERE `+strings.ReplaceAll(dueBetween, "$4", "$6")+`) d
 		LEFT JOIN LATERAL (`+claimRows+`) c ON true`, `('h', 'q', 99999, '{}'::text[], 4, 0)`, "tasks_claim")
 	explain(candidatesQuery(false, image), `('h', 'q', 99999)`, "tasks_item")
