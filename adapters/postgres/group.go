@@ -140,15 +140,26 @@ func (s *Store) run(o *op) {
 
 // lead runs batches of g until no waiting change can be taken (take).
 func (s *Store) lead(g *group) {
+	var next *ahead
 	for {
-		batch, refs := g.take()
-		if batch == nil {
+		var ops []*op
+		var refs []domain.QueueRef
+		if next != nil {
+			ops, refs = next.ops, next.refs
+		} else if ops, refs = g.take(nil, false); ops == nil {
 			return
 		}
-		s.batch(batch)
+		prev := refs
+		next = s.batch(g, ops, refs, next)
+		var keep []domain.QueueRef // the queues the next batch claims from
+		if next != nil {
+			keep = next.refs
+		}
 		g.mu.Lock()
-		for _, ref := range refs {
-			delete(g.claiming, ref)
+		for _, ref := range prev {
+			if !slices.Contains(keep, ref) {
+				delete(g.claiming, ref)
+			}
 		}
 		g.mu.Unlock()
 	}
@@ -156,8 +167,11 @@ func (s *Store) lead(g *group) {
 
 // take removes up to maxBatch waiting changes, none of a task another
 // already taken changes and no claim of a queue another running batch
-// claims from, in the order they arrived, and returns them with the queues
-// they claim from; nil (and the leader leaves) when none can be taken.
+// claims from (but own's, the queues of the batch whose COMMIT the taken
+// ones will follow on its connection), in the order they arrived, and
+// returns them with the queues they claim from. When none can be taken it
+// returns nil, and, unless behind (a leader taking a batch to run behind
+// its own), the leader leaves.
 //
 // One claiming batch per queue at a time: a batch whose claims read the
 // queue while another's claims are committing sees the rows that one took
@@ -166,7 +180,7 @@ func (s *Store) lead(g *group) {
 // after the COMMIT, and takes every claim that waited meanwhile. The
 // leader of the running batch takes again once it is done, so claims left
 // waiting here are never left without a leader.
-func (g *group) take() ([]*op, []domain.QueueRef) {
+func (g *group) take(own []domain.QueueRef, behind bool) ([]*op, []domain.QueueRef) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var batch, left []*op
@@ -178,7 +192,7 @@ func (g *group) take() ([]*op, []domain.QueueRef) {
 			continue
 		}
 		if o.kind == opClaim {
-			if g.claiming[o.ref] {
+			if g.claiming[o.ref] && !slices.Contains(own, o.ref) {
 				left = append(left, o)
 				continue
 			}
@@ -192,7 +206,9 @@ func (g *group) take() ([]*op, []domain.QueueRef) {
 	}
 	g.waiting = left
 	if len(batch) == 0 {
-		g.leaders--
+		if !behind {
+			g.leaders--
+		}
 		return nil, nil
 	}
 	if len(refs) > 0 && g.claiming == nil {
@@ -211,184 +227,250 @@ func finish(ops []*op) {
 	}
 }
 
-// batch runs ops in one transaction (see Group commit).
-func (s *Store) batch(ops []*op) {
-	defer finish(ops)
-	// A change whose caller gave up before its batch began is not made.
-	live := ops[:0:0]
+// Pipelined batches. A batch of claims and updates costs two round trips:
+// the locks, and once fn has decided, the writes and COMMIT. The changes
+// that waited meanwhile go into the next batch, whose first round trip,
+// BEGIN and its locks, goes out behind the running batch's COMMIT on the
+// same connection, in the same round trip: the server runs them in order,
+// so the next batch's locks see what this one committed, exactly as if it
+// had begun after it, and a busy line costs one round trip per batch, not
+// two. Should the running batch's writes or COMMIT fail, the server skips
+// what follows, and the next batch begins afresh; should the next batch's
+// locks fail after the COMMIT, it too begins afresh, on its own.
+
+// ahead is a batch whose first round trip went out behind the COMMIT of
+// the one before it (l and tx nil: it is to begin afresh).
+type ahead struct {
+	ops  []*op
+	refs []domain.QueueRef
+	l    *locks
+	tx   *txn
+}
+
+// locks is a batch on its way: its changes, grouped, and what its first
+// round trip locked.
+type locks struct {
+	live     []*op
+	updates  []*op // unguessed updates: their rows are locked by key
+	claims   map[domain.QueueRef][]*op
+	queues   []domain.QueueRef // the queues claimed from, in order
+	advanced []*moved
+	rows     map[domain.Key][]byte        // the updates' locked records
+	claimed  map[domain.QueueRef][][]byte // the claims' locked records
+	// release: the pending rows this batch locked and let go unchanged, by
+	// queue, woken for once the transaction is over.
+	release map[domain.QueueRef]int
+}
+
+// moved is a queue whose looked-at time a batch moved on: if the batch
+// fails before its count is read, the count is taken again alone
+// (lockFailed), so that Due misses none.
+type moved struct {
+	ref      domain.QueueRef
+	from, to int64
+	counted  bool
+}
+
+// prepare groups the changes of ops whose callers still wait (a change
+// whose caller gave up before its batch began is not made); nil if none.
+func prepare(ops []*op) *locks {
+	l := &locks{
+		claims:  map[domain.QueueRef][]*op{},
+		rows:    map[domain.Key][]byte{},
+		claimed: map[domain.QueueRef][][]byte{},
+		release: map[domain.QueueRef]int{},
+	}
 	for _, o := range ops {
 		if err := o.ctx.Err(); err != nil {
 			o.err = err
 			continue
 		}
-		live = append(live, o)
+		l.live = append(l.live, o)
 	}
-	if len(live) == 0 {
-		return
+	if len(l.live) == 0 {
+		return nil
 	}
 	// In key order (claims, which have none, first and as they came): the
 	// guarded UPDATE of a direct batch locks its rows as it writes them,
 	// and batches that each lock in key order never wait on each other in
 	// a circle. Should the database's plan take them in another order, a
 	// deadlock it breaks fails the batch, whose changes are then run alone.
-	slices.SortStableFunc(live, func(a, b *op) int {
+	slices.SortStableFunc(l.live, func(a, b *op) int {
 		return cmp.Or(cmp.Compare(a.key.Host, b.key.Host), cmp.Compare(a.key.Queue, b.key.Queue), cmp.Compare(a.key.ID, b.key.ID))
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		everyAlone(live)
-		return
-	}
-	// The pending rows this batch locked and let go unchanged, by queue:
-	// woken for once the transaction is over (the deferred calls run in
-	// reverse order: the rollback first).
-	release := map[domain.QueueRef]int{}
-	defer s.release(release)
-	tx := &txn{conn: conn}
-	defer tx.rollback()
-
-	// The first round trip: BEGIN and the locks.
-	var updates []*op
-	claims := map[domain.QueueRef][]*op{}
-	var queues []domain.QueueRef
-	for _, o := range live {
+	for _, o := range l.live {
 		switch o.kind {
 		case opUpdate:
 			if o.guess == nil {
-				updates = append(updates, o)
+				l.updates = append(l.updates, o)
 			}
 		case opClaim:
-			if claims[o.ref] == nil {
-				queues = append(queues, o.ref)
+			if l.claims[o.ref] == nil {
+				l.queues = append(l.queues, o.ref)
 			}
-			claims[o.ref] = append(claims[o.ref], o)
+			l.claims[o.ref] = append(l.claims[o.ref], o)
 		}
 	}
-	// The queues whose looked-at time this batch moved on: if the batch
-	// fails before its count is read, the count is taken again alone, so
-	// that Due misses none.
-	type moved struct {
-		ref      domain.QueueRef
-		from, to int64
-		counted  bool
-	}
-	var advanced []*moved
-	recount := func() {
-		for _, m := range advanced {
-			if m.counted {
-				continue
-			}
-			var n int
-			if s.pool.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE `+dueBetween, m.ref.Host, m.ref.Queue, m.to, m.from).Scan(&n) == nil {
-				s.queue(m.ref).addDue(n)
-			}
+	return l
+}
+
+// locking reports whether the batch has rows to lock first.
+func (l *locks) locking() bool { return len(l.updates) > 0 || len(l.queues) > 0 }
+
+// queueLocks queues BEGIN and the statements that lock l's rows into b,
+// their callbacks filling l.
+func (s *Store) queueLocks(l *locks, b *pgx.Batch) {
+	b.Queue("BEGIN")
+	if len(l.updates) > 0 {
+		hosts, qs, ids := make([]string, len(l.updates)), make([]string, len(l.updates)), make([]string, len(l.updates))
+		for i, o := range l.updates {
+			hosts[i], qs[i], ids[i] = o.key.Host, o.key.Queue, o.key.ID
 		}
-	}
-	rows := map[domain.Key][]byte{}
-	claimed := map[domain.QueueRef][][]byte{}
-	if len(updates) > 0 || len(queues) > 0 {
-		b := &pgx.Batch{}
-		b.Queue("BEGIN")
-		if len(updates) > 0 {
-			hosts, qs, ids := make([]string, len(updates)), make([]string, len(updates)), make([]string, len(updates))
-			for i, o := range updates {
-				hosts[i], qs[i], ids[i] = o.key.Host, o.key.Queue, o.key.ID
-			}
-			b.Queue(lockRowsSQL, hosts, qs, ids).Query(func(r pgx.Rows) error {
-				for r.Next() {
-					var k domain.Key
-					var data []byte
-					if err := r.Scan(&k.Host, &k.Queue, &k.ID, &data); err != nil {
-						return err
-					}
-					rows[k] = data
-				}
-				return r.Err()
-			})
-		}
-		for _, ref := range queues {
-			cs := claims[ref]
-			// The latest now of the batch's claims: a task come due by then
-			// is taken (assign gives each row to a claim whose own now it is
-			// claimable at), so that a claim woken for a task just come due
-			// finds it even beside claims that looked a moment earlier.
-			now := cs[0].now
-			for _, o := range cs {
-				now = max(now, o.now)
-			}
-			held := []string{} // this batch's updates of the queue hold these rows already
-			for _, o := range updates {
-				if o.key.Ref() == ref {
-					held = append(held, o.key.ID)
-				}
-			}
-			scan := func(r pgx.Rows, dest ...any) error {
-				for r.Next() {
-					var data []byte
-					if err := r.Scan(append(dest, &data)...); err != nil {
-						return err
-					}
-					if data != nil {
-						claimed[ref] = append(claimed[ref], data)
-					}
-				}
-				return r.Err()
-			}
-			const first = claimRows
-			q := s.queue(ref)
-			from, ok := q.advance(now)
-			if !ok {
-				b.Queue(first, ref.Host, ref.Queue, now, held, len(cs)).Query(func(r pgx.Rows) error { return scan(r) })
-			} else {
-				// With the count of the tasks come due since the queue's last
-				// look, in the same statement: a row per task claimed, or one
-				// with no record.
-				m := &moved{ref: ref, from: from, to: now}
-				advanced = append(advanced, m)
-				b.Queue(`SELECT d.n, c.record FROM (SELECT count(*) AS n FROM tasks WHERE `+strings.ReplaceAll(dueBetween, "$4", "$6")+`) d
-				LEFT JOIN LATERAL (`+first+`) c ON true`, ref.Host, ref.Queue, now, held, len(cs), from).Query(func(r pgx.Rows) error {
-					var n int
-					if err := scan(r, &n); err != nil {
-						return err
-					}
-					q.addDue(n)
-					m.counted = true
-					return nil
-				})
-			}
-			// Whether claimable rows are left beyond those the claims
-			// locked (HasPending): the rows it counts, up to one more than
-			// the claims, include those just locked, still pending.
-			b.Queue(countClaimable, ref.Host, ref.Queue, now, held, len(cs)+1).QueryRow(func(r pgx.Row) error {
-				var n int
-				if err := r.Scan(&n); err != nil {
+		b.Queue(lockRowsSQL, hosts, qs, ids).Query(func(r pgx.Rows) error {
+			for r.Next() {
+				var k domain.Key
+				var data []byte
+				if err := r.Scan(&k.Host, &k.Queue, &k.ID, &data); err != nil {
 					return err
 				}
-				q.lookedAt(n > len(claimed[ref]))
+				l.rows[k] = data
+			}
+			return r.Err()
+		})
+	}
+	for _, ref := range l.queues {
+		cs := l.claims[ref]
+		// The latest now of the batch's claims: a task come due by then
+		// is taken (assign gives each row to a claim whose own now it is
+		// claimable at), so that a claim woken for a task just come due
+		// finds it even beside claims that looked a moment earlier.
+		now := cs[0].now
+		for _, o := range cs {
+			now = max(now, o.now)
+		}
+		held := []string{} // this batch's updates of the queue hold these rows already
+		for _, o := range l.updates {
+			if o.key.Ref() == ref {
+				held = append(held, o.key.ID)
+			}
+		}
+		scan := func(r pgx.Rows, dest ...any) error {
+			for r.Next() {
+				var data []byte
+				if err := r.Scan(append(dest, &data)...); err != nil {
+					return err
+				}
+				if data != nil {
+					l.claimed[ref] = append(l.claimed[ref], data)
+				}
+			}
+			return r.Err()
+		}
+		const first = claimRows
+		q := s.queue(ref)
+		from, ok := q.advance(now)
+		if !ok {
+			b.Queue(first, ref.Host, ref.Queue, now, held, len(cs)).Query(func(r pgx.Rows) error { return scan(r) })
+		} else {
+			// With the count of the tasks come due since the queue's last
+			// look, in the same statement: a row per task claimed, or one
+			// with no record.
+			m := &moved{ref: ref, from: from, to: now}
+			l.advanced = append(l.advanced, m)
+			b.Queue(`SELECT d.n, c.record FROM (SELECT count(*) AS n FROM tasks WHERE `+strings.ReplaceAll(dueBetween, "$4", "$6")+`) d
+				LEFT JOIN LATERAL (`+first+`) c ON true`, ref.Host, ref.Queue, now, held, len(cs), from).Query(func(r pgx.Rows) error {
+				var n int
+				if err := scan(r, &n); err != nil {
+					return err
+				}
+				q.addDue(n)
+				m.counted = true
 				return nil
 			})
 		}
-		if err := conn.SendBatch(ctx, b).Close(); err != nil {
-			if retryable(err) {
-				s.retries.Add(1) // each change is run again, alone
+		// Whether claimable rows are left beyond those the claims
+		// locked (HasPending): the rows it counts, up to one more than
+		// the claims, include those just locked, still pending.
+		b.Queue(countClaimable, ref.Host, ref.Queue, now, held, len(cs)+1).QueryRow(func(r pgx.Row) error {
+			var n int
+			if err := r.Scan(&n); err != nil {
+				return err
 			}
-			recount()
-			for ref, rows := range claimed {
-				release[ref] += len(rows)
-			}
-			everyAlone(live)
-			return
+			q.lookedAt(n > len(l.claimed[ref]))
+			return nil
+		})
+	}
+}
+
+// lockFailed is what a batch whose locks failed (its transaction already
+// rolled back) leaves undone: the counts of the tasks come due that it did
+// not read, and a wake for each pending row it had locked.
+func (s *Store) lockFailed(ctx context.Context, l *locks) {
+	for _, m := range l.advanced {
+		if m.counted {
+			continue
+		}
+		var n int
+		if s.pool.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE `+dueBetween, m.ref.Host, m.ref.Queue, m.to, m.from).Scan(&n) == nil {
+			s.queue(m.ref).addDue(n)
 		}
 	}
+	for ref, rows := range l.claimed {
+		l.release[ref] += len(rows)
+	}
+	s.release(l.release)
+}
+
+// batch runs ops, taken with the claims of refs, in one transaction (see
+// Group commit). pre, if not nil, is ops' batch whose first round trip
+// went out behind the previous batch's COMMIT (Pipelined batches). It
+// returns the batch whose first round trip went out behind this one's, if
+// any: the leader runs it next.
+func (s *Store) batch(g *group, ops []*op, refs []domain.QueueRef, pre *ahead) (next *ahead) {
+	defer finish(ops)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var l *locks
+	var tx *txn
+	if pre != nil && pre.l != nil {
+		l, tx = pre.l, pre.tx
+	} else {
+		if l = prepare(ops); l == nil {
+			return nil
+		}
+		conn, err := s.pool.Acquire(ctx)
+		if err != nil {
+			everyAlone(l.live)
+			return nil
+		}
+		tx = &txn{conn: conn}
+		// The first round trip: BEGIN and the locks.
+		if l.locking() {
+			b := &pgx.Batch{}
+			s.queueLocks(l, b)
+			if err := conn.SendBatch(ctx, b).Close(); err != nil {
+				if retryable(err) {
+					s.retries.Add(1) // each change is run again, alone
+				}
+				tx.rollback()
+				s.lockFailed(ctx, l)
+				everyAlone(l.live)
+				return nil
+			}
+		}
+	}
+	live, claims, claimed, release := l.live, l.claims, l.claimed, l.release
+	// The deferred calls run in reverse order: the rollback first, then
+	// the wakes for the rows it let go.
+	defer s.release(release)
+	defer tx.rollback()
 
 	// fn decides each change on its locked record; the writes go into
 	// arrays, one statement for the posts and one for the updates (rows.go),
 	// after the bodies archived.
 	w := &pgx.Batch{}
-	if len(updates) == 0 && len(queues) == 0 {
-		w.Queue("BEGIN") // posts only: no lock to take first
+	if !l.locking() {
+		w.Queue("BEGIN") // posts and guessed updates only: no lock to take first
 	}
 	// The claims' rows, pending until COMMIT, are held (see HasPending)
 	// until just before COMMIT is sent, or the batch ends without it.
@@ -417,6 +499,7 @@ func (s *Store) batch(ops []*op) {
 	}
 	var posts postRows
 	var changes changeRows
+	var err error
 	for _, o := range live {
 		var cur domain.Task
 		switch o.kind {
@@ -432,7 +515,7 @@ func (s *Store) batch(ops []*op) {
 				cur = o.guess.task
 				break
 			}
-			data, ok := rows[o.key]
+			data, ok := l.rows[o.key]
 			if !ok {
 				o.err = domain.ErrNotFound
 				continue
@@ -511,12 +594,40 @@ func (s *Store) batch(ops []*op) {
 		}
 	}
 	if len(posts.ops) == 0 && changes.tasks.len() == 0 {
-		return // refusals only: nothing to write (the deferred rollback ends tx)
+		return nil // refusals only: nothing to write (the deferred rollback ends tx)
 	}
 
-	// The second round trip: the writes and COMMIT.
+	// The second round trip: the writes and COMMIT, and behind them the
+	// next batch's BEGIN and locks (Pipelined batches), if changes wait
+	// that lock rows.
+	if l.locking() {
+		if ops, nrefs := g.take(refs, true); ops != nil {
+			next = &ahead{ops: ops, refs: nrefs}
+			if nl := prepare(ops); nl != nil && nl.locking() {
+				next.l = nl
+			}
+		}
+	}
 	unhold()
-	if err := tx.commit(ctx, w); err != nil {
+	var behind func(*pgx.Batch)
+	if next != nil && next.l != nil {
+		behind = func(b *pgx.Batch) { s.queueLocks(next.l, b) }
+	}
+	committed, err := tx.commitThen(ctx, w, behind)
+	if behind != nil {
+		if committed && err == nil {
+			next.tx = &txn{conn: tx.conn} // the connection is the next batch's now
+			tx.conn = nil
+		} else {
+			tx.rollback()
+			s.lockFailed(ctx, next.l)
+			next.l = nil // it begins afresh
+		}
+	}
+	if !committed {
+		if err == nil {
+			err = pgx.ErrTxCommitRollback // the transaction had failed: COMMIT rolled back
+		}
 		for _, o := range live {
 			if o.stored && o.heldPending {
 				release[domain.KeyOf(o.out).Ref()]++
@@ -528,14 +639,14 @@ func (s *Store) batch(ops []*op) {
 				s.retries.Add(1)
 			}
 			everyAlone(live) // the database refused: nothing was stored
-			return
+			return next
 		}
 		for _, o := range live {
 			if o.stored {
 				o.stored, o.err = false, fail("commit task "+o.out.ID, err)
 			}
 		}
-		return
+		return next
 	}
 	for _, o := range live {
 		if o.kind == opCreate && o.stored && !posts.created[o.key] {
@@ -551,6 +662,7 @@ func (s *Store) batch(ops []*op) {
 			s.recent.stored(o.out, o.written)
 		}
 	}
+	return next
 }
 
 // lockRowsSQL locks the rows of the keys ($1 to $3), in key order.

@@ -46,7 +46,7 @@ func TestBatchedClaimsTakeATaskDueByTheirLatestNow(t *testing.T) {
 	ref := domain.KeyOf(task).Ref()
 	early := &op{kind: opClaim, ctx: context.Background(), ref: ref, now: domain.Millis(due.Add(-time.Second)), fn: claimAt(due.Add(-time.Second)), done: make(chan struct{})}
 	late := &op{kind: opClaim, ctx: context.Background(), ref: ref, now: dueMs, fn: claimAt(due), done: make(chan struct{})}
-	s.batch([]*op{early, late})
+	s.batch(&s.group, []*op{early, late}, nil, nil)
 	for _, o := range []*op{early, late} {
 		_ = s.settleOp(o, func() error { return nil })
 	}

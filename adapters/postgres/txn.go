@@ -58,22 +58,40 @@ func (s *Store) lock(ctx context.Context, query string, args []any, dest ...any)
 // commit runs the statements queued in b (and their callbacks) and
 // COMMIT in one round trip, and ends the txn.
 func (t *txn) commit(ctx context.Context, b *pgx.Batch) error {
+	committed, err := t.commitThen(ctx, b, nil)
+	if err == nil && !committed {
+		err = pgx.ErrTxCommitRollback // the transaction had failed: COMMIT rolled back
+	}
+	return err
+}
+
+// commitThen runs the statements queued in b (and their callbacks) and
+// COMMIT, and then what behind queues (the next transaction's BEGIN and
+// first statements, group.go), in one round trip; committed: the COMMIT
+// went through. Without behind it ends the txn; with it the connection is
+// left as it is, in the next transaction or mid-failure, for the caller to
+// hand on or roll back. A statement that fails makes the server skip the
+// rest, so err is the first failure, before or after the COMMIT.
+func (t *txn) commitThen(ctx context.Context, b *pgx.Batch, behind func(*pgx.Batch)) (committed bool, err error) {
 	var tag pgconn.CommandTag
 	b.Queue("COMMIT").Exec(func(ct pgconn.CommandTag) error {
 		tag = ct
 		return nil
 	})
-	err := t.conn.SendBatch(ctx, b).Close()
-	if err == nil && tag.String() != "COMMIT" {
-		err = pgx.ErrTxCommitRollback // the transaction had failed: COMMIT rolled back
+	if behind != nil {
+		behind(b)
 	}
-	if err != nil {
-		t.rollback()
-		return err
+	err = t.conn.SendBatch(ctx, b).Close()
+	committed = tag.String() == "COMMIT"
+	if behind == nil {
+		if err != nil || !committed {
+			t.rollback()
+		} else {
+			t.conn.Release()
+			t.conn = nil
+		}
 	}
-	t.conn.Release()
-	t.conn = nil
-	return nil
+	return committed, err
 }
 
 // rollback ends the txn without committing and gives the connection back.
