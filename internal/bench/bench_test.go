@@ -314,6 +314,9 @@ func TestSmokePeers(t *testing.T) {
 			t.Errorf("report lacks the K=%d table:\n%s", row.K, out.String())
 		}
 	}
+	if strings.Contains(out.String(), fmt.Sprintf("K = %d tasks in flight", c.K)) {
+		t.Errorf("a peers-only report names one K in its header, though its tables run at others:\n%s", out.String())
+	}
 	if !strings.Contains(out.String(), "taskhoster always batch 20") {
 		t.Errorf("report lacks the batch contender:\n%s", out.String())
 	}

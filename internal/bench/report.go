@@ -293,7 +293,12 @@ func (r *Report) Print(w io.Writer) error {
 		p("disc:    %s: %s (%s)\n", r.Label, r.Dir, r.Machine.Disc)
 	}
 	p("commit:  %s\n", r.Commit)
-	p("figures: median [min–max] of %d runs; ~%d-byte items; K = %d tasks in flight per worker\n", r.Runs, r.ItemBytes, r.K)
+	// A peers-only report runs at the Ks its tables name, not at K.
+	inFlight := fmt.Sprintf("K = %d tasks in flight per worker", r.K)
+	if len(r.Throughput) == 0 && len(r.Peers) > 0 {
+		inFlight = "K tasks in flight per worker as each table says"
+	}
+	p("figures: median [min–max] of %d runs; ~%d-byte items; %s\n", r.Runs, r.ItemBytes, inFlight)
 	if r.Features {
 		p("queue:   maxAttempts 5 (every claim flushed), retry backoff, a priority on every post\n")
 	}
