@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"time"
 
@@ -334,6 +335,7 @@ func (s *Syncer) Sync(ctx context.Context) error {
 func (s *Syncer) run() {
 	s.mu.Lock()
 	for s.next != nil {
+		s.gather()
 		b := s.next
 		s.next = nil
 		observer := s.observer
@@ -357,6 +359,30 @@ func (s *Syncer) run() {
 	}
 	s.running = false
 	s.mu.Unlock()
+}
+
+// gatherYields bounds the yields of gather before one flush.
+const gatherYields = 3
+
+// gather lets the callers that are ready to run join the next batch before
+// its flush begins: it yields the processor while doing so brings more, a
+// few times at most. On a busy server the callers a flush has just woken
+// are runnable but not yet running when the loop comes round again:
+// flushing at once serves the one that got there first and leaves the rest
+// for the flush after, so half the flushes served a single caller and each
+// cost its share of CPU (BENCHMARKS.md, "Issue 17's workloads"). A yield
+// costs microseconds and sets no timer, so a lone caller on an idle server
+// is not held up. The caller holds s.mu, and s.next is not nil.
+func (s *Syncer) gather() {
+	for range gatherYields {
+		n := s.next.callers
+		s.mu.Unlock()
+		runtime.Gosched()
+		s.mu.Lock()
+		if s.next.callers == n {
+			return
+		}
+	}
 }
 
 // Close refuses further Syncs, waits for the commits already asked for and

@@ -3,7 +3,9 @@ package durable
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -153,6 +155,36 @@ func TestConcurrentCallersShareOneFlush(t *testing.T) {
 			t.Errorf("observed flushes served %v callers, want %v", served, want)
 		}
 	})
+}
+
+// TestReadyCallersJoinTheFlushAboutToBegin has ten callers ready to run at
+// once on one processor. The first to run starts the flush loop, which the
+// scheduler runs next: without gather it would flush for that caller alone,
+// and again for each of the others in turn. (Not in a synctest bubble, and
+// not parallel: it sets GOMAXPROCS. Under -race the scheduler shuffles the
+// order a little, hence "at most two".)
+func TestReadyCallersJoinTheFlushAboutToBegin(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var flushes atomic.Int32
+	s := groupCommit(func() error { flushes.Add(1); return nil })
+	var served callersSeen
+	s.Observe(&served)
+	const callers = 10
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			if err := s.Sync(context.Background()); err != nil {
+				t.Errorf("sync: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := flushes.Load(); got > 2 {
+		t.Fatalf("%d flushes for %d callers ready at once (callers per flush %v), want at most 2", got, callers, served)
+	}
 }
 
 func TestFlushErrorReachesEveryCallerOfItsBatch(t *testing.T) {
