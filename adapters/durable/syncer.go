@@ -366,8 +366,9 @@ const gatherYields = 3
 
 // gather lets the callers that are ready to run join the next batch before
 // its flush begins: it yields the processor while doing so brings more, a
-// few times at most. On a busy server the callers a flush has just woken
-// are runnable but not yet running when the loop comes round again:
+// few times at most. On a busy server, when the loop comes round again,
+// handlers that have written their records are runnable but have not yet
+// reached Sync (the processors are busy with those the last flush woke):
 // flushing at once serves the one that got there first and leaves the rest
 // for the flush after, so half the flushes served a single caller and each
 // cost its share of CPU (BENCHMARKS.md, "Issue 17's workloads"). A yield
