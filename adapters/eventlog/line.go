@@ -39,8 +39,12 @@ func dayOf(t time.Time) string { return t.UTC().Format(dayLayout) }
 // appended by hand: it is written for every event, and reflection was most
 // of its cost. TestLinesAreWhatEncodingJSONWrites holds the two together.
 func encodeLine(ev domain.Event, archived []string) []byte {
+	return appendLine(make([]byte, 0, 256), ev, archived)
+}
+
+// appendLine appends encodeLine's line to b.
+func appendLine(b []byte, ev domain.Event, archived []string) []byte {
 	t := ev.Task
-	b := make([]byte, 0, 256)
 	b = append(b, `{"t":`...)
 	b = strconv.AppendInt(b, ev.At.Unix(), 10)
 	b = append(b, `,"at":"`...)
@@ -168,6 +172,11 @@ func errorLen(t domain.Task) int {
 // elsewhere (adapters/postgres keeps its lines in the database), so every
 // log writes the same bytes.
 func EncodeLine(ev domain.Event, archived []string) []byte { return encodeLine(ev, archived) }
+
+// AppendLine appends EncodeLine's line to b.
+func AppendLine(b []byte, ev domain.Event, archived []string) []byte {
+	return appendLine(b, ev, archived)
+}
 
 // Body is one payload body an event archives: Name is what the line's
 // "archived" lists, File the archive file it goes to (ItemFile, …), Data

@@ -497,14 +497,15 @@ func (s *Store) batch(g *group, ops []*op, refs []domain.QueueRef, pre *ahead) (
 	for _, t := range given {
 		claimedKeys[domain.KeyOf(t)] = true
 	}
-	var posts postRows
-	var changes changeRows
+	wr := getWrites()
+	defer wr.release()
+	posts, changes := &wr.posts, &wr.changes
 	var err error
 	for _, o := range live {
 		var cur domain.Task
 		switch o.kind {
 		case opCreate:
-			s.addCreate(&posts, o)
+			s.addCreate(posts, o)
 			continue
 		case opUpdate:
 			if o.guess != nil {

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"bytes"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -19,31 +20,43 @@ import (
 // tasksColumns are the values of tasks' columns, one array each, in the
 // order of columns.
 type tasksColumns struct {
-	hosts, queues, ids, statuses []string
-	stages                       []int16
-	priorities, eligible         []int64
-	notBefore                    []*int64
-	posted                       []int64
-	keys                         []*string
-	records                      [][]byte
+	hosts, queues, ids, statuses texts
+	stages                       int2s
+	priorities, eligible         int8s
+	notBefore                    int8s
+	posted                       int8s
+	keys                         texts
+	records                      byteas
 }
 
 func (c *tasksColumns) add(t domain.Task, data []byte) {
-	var key *string
+	c.hosts.add(t.Host)
+	c.queues.add(t.Queue)
+	c.ids.add(t.ID)
+	c.statuses.add(string(t.Status))
+	c.stages.add(int16(t.Status.Stage()))
+	c.priorities.add(int64(t.Priority))
+	c.eligible.add(t.EligibleAt())
+	c.notBefore.addOrNull(t.NotBefore)
+	c.posted.add(t.PostedAt)
 	if t.IdempotencyKey != "" {
-		key = &t.IdempotencyKey
+		c.keys.add(t.IdempotencyKey)
+	} else {
+		c.keys.null()
 	}
-	c.hosts, c.queues, c.ids = append(c.hosts, t.Host), append(c.queues, t.Queue), append(c.ids, t.ID)
-	c.statuses, c.stages = append(c.statuses, string(t.Status)), append(c.stages, int16(t.Status.Stage()))
-	c.priorities, c.eligible = append(c.priorities, int64(t.Priority)), append(c.eligible, t.EligibleAt())
-	c.notBefore, c.posted = append(c.notBefore, t.NotBefore), append(c.posted, t.PostedAt)
-	c.keys, c.records = append(c.keys, key), append(c.records, data)
+	c.records.add(data)
 }
 
-func (c *tasksColumns) len() int { return len(c.ids) }
+func (c *tasksColumns) len() int { return c.ids.n }
 
 func (c *tasksColumns) args() []any {
-	return []any{c.hosts, c.queues, c.ids, c.statuses, c.stages, c.priorities, c.eligible, c.notBefore, c.posted, c.keys, c.records}
+	return []any{&c.hosts, &c.queues, &c.ids, &c.statuses, &c.stages, &c.priorities, &c.eligible, &c.notBefore, &c.posted, &c.keys, &c.records}
+}
+
+func (c *tasksColumns) reset() {
+	for _, a := range c.args() {
+		a.(arrayValue).inner().reset()
+	}
 }
 
 // unnestTasks reads the arrays of tasksColumns.args as rows v.
@@ -51,23 +64,61 @@ const unnestTasks = `unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::
 
 // lineColumns are event lines, one array per column of event_lines.
 type lineColumns struct {
-	days, hosts, queues, ids []string
-	lines                    [][]byte
+	days, hosts, queues, ids texts
+	lines                    byteas
 }
 
 func (l *lineColumns) add(ev domain.Event, archived []string) {
 	t := ev.Task
-	l.days, l.hosts, l.queues, l.ids = append(l.days, eventlog.DayOf(ev.At)), append(l.hosts, t.Host), append(l.queues, t.Queue), append(l.ids, t.ID)
-	l.lines = append(l.lines, eventlog.EncodeLine(ev, archived))
+	l.days.add(eventlog.DayOf(ev.At))
+	l.hosts.add(t.Host)
+	l.queues.add(t.Queue)
+	l.ids.add(t.ID)
+	l.lines.addAppended(func(b []byte) []byte { return eventlog.AppendLine(b, ev, archived) })
 }
 
-func (l *lineColumns) args() []any { return []any{l.days, l.hosts, l.queues, l.ids, l.lines} }
+func (l *lineColumns) args() []any { return []any{&l.days, &l.hosts, &l.queues, &l.ids, &l.lines} }
+
+func (l *lineColumns) reset() {
+	for _, a := range l.args() {
+		a.(arrayValue).inner().reset()
+	}
+}
+
+// writes are a batch's posts and changes. Their arrays' buffers are kept
+// from one batch to the next (writesPool), so that a busy server writes
+// its batches into buffers already grown to fit them.
+type writes struct {
+	posts   postRows
+	changes changeRows
+}
+
+var writesPool = sync.Pool{New: func() any { return new(writes) }}
+
+func getWrites() *writes { return writesPool.Get().(*writes) }
+
+// release empties w, keeping its buffers, and gives it back. The batch it
+// was queued in must have run.
+func (w *writes) release() {
+	p, c := &w.posts, &w.changes
+	p.tasks.reset()
+	p.items.reset()
+	p.unsure.reset()
+	p.lines.reset()
+	clear(p.ops)
+	p.ops, p.created = p.ops[:0], nil
+	c.tasks.reset()
+	c.lines.reset()
+	c.guards.reset()
+	c.guessed, c.updated = false, nil
+	writesPool.Put(w)
+}
 
 // postRows are a batch's posts.
 type postRows struct {
 	tasks   tasksColumns
-	items   []*string
-	unsure  []bool
+	items   texts
+	unsure  bools
 	lines   lineColumns
 	ops     []*op
 	created map[domain.Key]bool // filled once the statement ran
@@ -76,7 +127,8 @@ type postRows struct {
 func (c *postRows) add(o *op) {
 	c.tasks.add(o.task, o.data)
 	item, unsure := itemArg(o.task)
-	c.items, c.unsure = append(c.items, item), append(c.unsure, unsure)
+	c.items.addOrNull(item)
+	c.unsure.add(unsure)
 	c.ops = append(c.ops, o)
 }
 
@@ -88,7 +140,7 @@ func (c *postRows) queue(b *pgx.Batch) {
 		return
 	}
 	c.created = make(map[domain.Key]bool, len(c.ops))
-	args := append(c.tasks.args(), c.items, c.unsure)
+	args := append(c.tasks.args(), &c.items, &c.unsure)
 	args = append(args, c.lines.args()...)
 	b.Queue(`WITH ins AS (
 			INSERT INTO tasks (`+columns+`, item)
@@ -125,14 +177,14 @@ func keysInto(set map[domain.Key]bool) func(pgx.Rows) error {
 type changeRows struct {
 	tasks   tasksColumns
 	lines   lineColumns
-	guards  [][]byte            // nil: a row the batch holds
+	guards  byteas              // NULL: a row the batch holds
 	guessed bool                // some change is guarded
 	updated map[domain.Key]bool // with guesses: the rows changed, once the statement ran
 }
 
 func (u *changeRows) add(t domain.Task, data, guard []byte) {
 	u.tasks.add(t, data)
-	u.guards = append(u.guards, guard)
+	u.guards.add(guard)
 	u.guessed = u.guessed || guard != nil
 }
 
@@ -151,7 +203,7 @@ func (u *changeRows) queue(b *pgx.Batch) {
 		return
 	}
 	u.updated = make(map[domain.Key]bool, u.tasks.len())
-	b.Queue(guardedUpdateRowsSQL, append(args, u.guards)...).Query(keysInto(u.updated))
+	b.Queue(guardedUpdateRowsSQL, append(args, &u.guards)...).Query(keysInto(u.updated))
 }
 
 // updateRowsSQL writes the rows of tasksColumns ($1 to $11) and inserts

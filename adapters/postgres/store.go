@@ -130,6 +130,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 			cfg.ConnConfig.RuntimeParams[name] = value
 		}
 	}
+	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error { return registerArrays(conn) }
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fail("connect to the database", err)
