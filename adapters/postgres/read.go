@@ -224,15 +224,17 @@ type position struct {
 // page reads up to limit tasks of ref in stage st (and of status status,
 // unless ""), in o's order (newest: reversed), after the position after.
 func (s *Store) page(ctx context.Context, ref domain.QueueRef, st domain.Stage, status domain.Status, o order, newest bool, after *position, limit int) ([]domain.Task, error) {
+	query, args := pageQuery(ref, st, status, o, newest, after, limit)
+	return s.records(ctx, "list tasks", query, args...)
+}
+
+// pageQuery is page's statement and its arguments.
+func pageQuery(ref domain.QueueRef, st domain.Stage, status domain.Status, o order, newest bool, after *position, limit int) (string, []any) {
 	query := `SELECT record FROM tasks WHERE host = $1 AND queue = $2`
 	args := []any{ref.Host, ref.Queue}
-	if st == domain.StagePending {
-		query += ` AND status = 'pending'` // the partial index tasks_pending
-	} else {
-		// A literal, so that every plan may use the partial index
-		// tasks_posted (stage > 0).
-		query += fmt.Sprintf(` AND stage = %d`, st)
-	}
+	// A literal, so that every plan may use the partial index of its
+	// stage: tasks_pending (stage = 0) or tasks_posted (stage > 0).
+	query += fmt.Sprintf(` AND stage = %d`, st)
 	if status != "" {
 		args = append(args, string(status))
 		query += fmt.Sprintf(` AND status = $%d`, len(args))
@@ -246,7 +248,7 @@ func (s *Store) page(ctx context.Context, ref domain.QueueRef, st domain.Stage, 
 		query += fmt.Sprintf(` AND (%s, id) %s ($%d, $%d)`, o.column, cmp, len(args)-1, len(args))
 	}
 	query += fmt.Sprintf(` ORDER BY %s %s, id %s LIMIT %d`, o.column, dir, dir, limit)
-	return s.records(ctx, "list tasks", query, args...)
+	return query, args
 }
 
 // Limits of List: the largest page, and how many tasks one page may test
