@@ -377,8 +377,7 @@ func (s *Store) queueLocks(l *locks, b *pgx.Batch) {
 			// with no record.
 			m := &moved{ref: ref, from: from, to: now}
 			l.advanced = append(l.advanced, m)
-			b.Queue(`SELECT d.n, c.record FROM (SELECT count(*) AS n FROM tasks WHERE `+strings.ReplaceAll(dueBetween, "$4", "$6")+`) d
-				LEFT JOIN LATERAL (`+first+`) c ON true`, ref.Host, ref.Queue, now, held, len(cs), from).Query(func(r pgx.Rows) error {
+			b.Queue(claimDueRows, ref.Host, ref.Queue, now, held, len(cs), from).Query(func(r pgx.Rows) error {
 				var n int
 				if err := scan(r, &n); err != nil {
 					return err
@@ -676,6 +675,12 @@ const lockRowsSQL = `SELECT host, queue, id, record FROM tasks
 // rows the batch's updates hold).
 const claimRows = `SELECT record FROM tasks WHERE ` + claimable + ` AND NOT (id = ANY($4))
 	ORDER BY priority DESC, eligible_at, id LIMIT $5 FOR UPDATE SKIP LOCKED`
+
+// claimDueRows is claimRows beside the count of the queue's tasks come
+// due since $6 (dueBetween): a row per task claimed, or one with no
+// record.
+var claimDueRows = `SELECT d.n, c.record FROM (SELECT count(*) AS n FROM tasks WHERE ` + strings.ReplaceAll(dueBetween, "$4", "$6") + `) d
+	LEFT JOIN LATERAL (` + claimRows + `) c ON true`
 
 // countClaimable counts the claimable rows of a queue at now $3, up to
 // $5, leaving out the ids $4, whether or not another transaction holds

@@ -32,8 +32,13 @@ func (s *Store) promote(ctx context.Context, ref domain.QueueRef, now int64) err
 }
 
 // dueBetween selects ref's ($1, $2) pending tasks whose notBefore is in
-// ($4, $3]: those come due between two looks.
-const dueBetween = `host = $1 AND queue = $2 AND status = 'pending' AND not_before > $4 AND not_before <= $3`
+// ($4, $3]: those come due between two looks. Pending as stage < 1, which
+// only the index of delayed tasks says (migration 7).
+const dueBetween = `host = $1 AND queue = $2 AND stage < 1 AND not_before > $4 AND not_before <= $3`
+
+// nextDueSQL is the earliest notBefore of ref's ($1, $2) pending tasks
+// after $3 (pending as in dueBetween).
+const nextDueSQL = `SELECT min(not_before) FROM tasks WHERE host = $1 AND queue = $2 AND stage < 1 AND not_before > $3`
 
 // advance moves the queue's looked-at time on to now, if now is later,
 // and returns the time it moved from.
@@ -68,8 +73,7 @@ func (s *Store) Due(ctx context.Context, ref domain.QueueRef, now time.Time) (in
 	q.due = 0
 	q.mu.Unlock()
 	var next *int64
-	err := s.pool.QueryRow(ctx, `SELECT min(not_before) FROM tasks WHERE host = $1 AND queue = $2 AND status = 'pending'
-		AND not_before > $3`, ref.Host, ref.Queue, looked).Scan(&next)
+	err := s.pool.QueryRow(ctx, nextDueSQL, ref.Host, ref.Queue, looked).Scan(&next)
 	if err != nil {
 		return n, time.Time{}, fail("look for delayed tasks", err)
 	}
