@@ -121,23 +121,26 @@ var migrations = []string{
 	DROP INDEX tasks_posted;
 	CREATE INDEX tasks_posted ON tasks (host, queue, stage, posted_at, id) WHERE stage > 0;`,
 	// 7: the indexes of pending tasks each say "pending" in a way only
-	// the queries it serves imply, so that no plan reads a query's rows
-	// from another: claims say status = 'pending' (tasks_claim), pages of
-	// pending tasks stage = 0 (tasks_pending), the counts of tasks come
-	// due stage < 1 (tasks_delayed), claim queries on the item also the
-	// item (tasks_item; tasks_item_other was apart already). With one
-	// predicate for all, a plan made while the planner thought few tasks
-	// waited (a new table; statistics taken as a queue ran dry, or kept
-	// through TRUNCATE) read claims from another index and sorted every
-	// pending task at each claim, or counted the tasks come due over every
-	// pending task, and a connection keeps its generic plan.
+	// the queries it serves imply, so that no other plan can take it and
+	// sort: claims status = 'pending' (tasks_claim), pages of pending
+	// tasks stage = 0 (tasks_pending), claim queries on the item also
+	// the item (tasks_item; tasks_item_other was apart already, and
+	// tasks_delayed is migration 8's). With one predicate for all, a plan made while the
+	// planner thought few tasks waited (a new table, or statistics taken
+	// as a queue ran dry) read a claim's rows from another index and
+	// sorted every pending task at each claim, and a connection keeps
+	// its generic plan.
 	`DROP INDEX tasks_pending;
 	CREATE INDEX tasks_pending ON tasks (host, queue, eligible_at, id) WHERE stage = 0;
-	DROP INDEX tasks_delayed;
-	CREATE INDEX tasks_delayed ON tasks (host, queue, not_before) WHERE stage < 1 AND not_before IS NOT NULL;
 	DROP INDEX tasks_item;
 	CREATE INDEX tasks_item ON tasks USING gin (item jsonb_path_ops)
 		WHERE status = 'pending' AND item IS NOT NULL;`,
+	// 8: the same for the index of delayed tasks: the counts of tasks
+	// come due say pending as stage < 1. With statistics of a run kept
+	// through TRUNCATE and the indexes all nearly empty, their plan read
+	// tasks_claim and counted over every pending task.
+	`DROP INDEX tasks_delayed;
+	CREATE INDEX tasks_delayed ON tasks (host, queue, not_before) WHERE stage < 1 AND not_before IS NOT NULL;`,
 }
 
 // migrationLock is the advisory lock key that serialises migrations: any
