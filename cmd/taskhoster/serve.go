@@ -70,6 +70,7 @@ func serve(args []string, stderr io.Writer) int {
 		return 2
 	}
 	defer func() { _ = logger.Sync() }()
+	keepHeapHeadroom(heapHeadroom)
 
 	// A start that fails leaves no folder behind that it made itself.
 	made := missing(cfg.Logs)
