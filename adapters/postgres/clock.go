@@ -22,6 +22,15 @@ import (
 // seconds, and Now is the local time plus that offset. Its error is at most
 // half the best sample's round trip (well under a millisecond on a LAN),
 // plus how far the local clock drifts between measurements.
+//
+// A busy machine stretches round trips, and a stretched one may be
+// lopsided: one measurement taken while the server starts or the machine
+// is loaded can be off by milliseconds. So a new measurement replaces the
+// offset in use only when its bound is no wider than the old one's grown
+// by the drift since (maxDrift), or when the two disagree beyond both
+// bounds (the local clock was stepped); and while the bound in use is wide,
+// the next measurement comes soon rather than a period later (at start, at
+// once: up to four measurements before the Clock is handed out).
 
 var _ ports.Clock = (*Clock)(nil)
 
@@ -35,6 +44,10 @@ type ClockOptions struct {
 	// Samples is how many round trips one measurement takes, the fastest
 	// of which is kept (default 5).
 	Samples int
+	// Settle is how soon the offset is measured again while its error
+	// bound is wider than a millisecond (default 250 ms; never later than
+	// Every).
+	Settle time.Duration
 	// Logger is told of measurements that fail (the last offset stays).
 	Logger *zap.Logger
 }
@@ -48,6 +61,9 @@ type Clock struct {
 
 	offset atomic.Int64 // database minus local, ns
 	error  atomic.Int64 // half the round trip of the sample offset came from, ns
+
+	mu   sync.Mutex // serialises Measure
+	kept estimate   // what offset and error hold, and when it was measured
 
 	stop chan struct{}
 	done chan struct{}
@@ -72,15 +88,28 @@ func NewClock(ctx context.Context, pool *pgxpool.Pool, opts ClockOptions) (*Cloc
 	if opts.Samples <= 0 {
 		opts.Samples = 5
 	}
+	if opts.Settle <= 0 {
+		opts.Settle = 250 * time.Millisecond
+	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
 	c := &Clock{pool: pool, local: opts.Local, opts: opts, stop: make(chan struct{}), done: make(chan struct{})}
-	if err := c.Measure(ctx); err != nil {
-		return nil, err
+	// A server starting is busy itself: while the bound is wide, a few more
+	// measurements right away, so that it does not serve on a lopsided one.
+	for try := 0; try == 0 || c.wide() && try < 4; try++ {
+		if err := c.Measure(ctx); err != nil {
+			return nil, err
+		}
 	}
 	go c.run()
 	return c, nil
+}
+
+// wide reports whether the bound in use is wider than wideBound.
+func (c *Clock) wide() bool {
+	_, bound := c.Offset()
+	return bound > wideBound
 }
 
 // Now is the database's time: the local time plus the measured offset.
@@ -97,15 +126,15 @@ func (c *Clock) Offset() (offset, bound time.Duration) {
 
 // Measure measures the offset now: opts.Samples round trips on one
 // connection, keeping the one with the shortest round trip, whose midpoint
-// is taken as the moment the database read its clock.
+// is taken as the moment the database read its clock. The result replaces
+// the offset in use when it is the better estimate (see estimate.better).
 func (c *Clock) Measure(ctx context.Context) error {
 	conn, err := c.pool.Acquire(ctx)
 	if err != nil {
 		return fail("read the database's clock", err)
 	}
 	defer conn.Release()
-	best := time.Duration(-1)
-	var offset time.Duration
+	m := estimate{bound: -1}
 	for range c.opts.Samples {
 		var db time.Time
 		t0 := c.local()
@@ -114,28 +143,69 @@ func (c *Clock) Measure(ctx context.Context) error {
 		if err != nil {
 			return fail("read the database's clock", err)
 		}
-		rtt := t1.Sub(t0)
-		if best < 0 || rtt < best {
-			best = rtt
-			offset = db.Sub(t0.Add(rtt / 2))
+		if rtt := t1.Sub(t0); m.bound < 0 || rtt/2 < m.bound {
+			m = estimate{offset: db.Sub(t0.Add(rtt / 2)), bound: rtt / 2, at: t1}
 		}
 	}
-	c.offset.Store(int64(offset))
-	c.error.Store(int64(best / 2))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.kept.at.IsZero() || m.better(c.kept) {
+		c.kept = m
+		c.offset.Store(int64(m.offset))
+		c.error.Store(int64(m.bound))
+	}
 	return nil
 }
 
-// run measures again every opts.Every until Close. A failed measurement
+// maxDrift is how fast a local clock may be taken to drift from the
+// database's (100 ppm: ten times a disciplined clock's usual rate): an
+// estimate's bound grows by this share of its age.
+const maxDrift = 100e-6
+
+// estimate is one measurement of the offset: the database's clock minus
+// the local one, within ±bound, as of the local time at.
+type estimate struct {
+	offset, bound time.Duration
+	at            time.Time
+}
+
+// boundAt is e's bound at the local time now, grown by the drift since.
+func (e estimate) boundAt(now time.Time) time.Duration {
+	return e.bound + time.Duration(float64(max(now.Sub(e.at), 0))*maxDrift)
+}
+
+// better reports whether m should replace old: its bound is no wider than
+// old's has grown by m's time, or the two disagree beyond their bounds
+// (the local clock was stepped, or drifted faster than maxDrift), where
+// only the newer can be right.
+func (m estimate) better(old estimate) bool {
+	oldBound := old.boundAt(m.at)
+	if m.bound <= oldBound {
+		return true
+	}
+	apart := m.offset - old.offset
+	return max(apart, -apart) > m.bound+oldBound
+}
+
+// wideBound is an error bound worth improving soon: a loopback or LAN
+// round trip is a fraction of it, so a wider one was measured over a
+// stretched round trip.
+const wideBound = time.Millisecond
+
+// run measures again every opts.Every, or after opts.Settle while the
+// bound in use is wider than wideBound, until Close. A failed measurement
 // keeps the last offset: the local clock carries on from it.
 func (c *Clock) run() {
 	defer close(c.done)
-	tick := time.NewTicker(c.opts.Every)
-	defer tick.Stop()
 	for {
+		wait := c.opts.Every
+		if c.wide() {
+			wait = min(wait, c.opts.Settle)
+		}
 		select {
 		case <-c.stop:
 			return
-		case <-tick.C:
+		case <-time.After(wait):
 			ctx, cancel := context.WithTimeout(context.Background(), c.opts.Every)
 			if err := c.Measure(ctx); err != nil {
 				c.opts.Logger.Warn("measure the database's clock; keeping the last offset", zap.Error(err))

@@ -109,7 +109,7 @@ func TestClockFollowsALocalJump(t *testing.T) {
 func TestClockAfterFunc(t *testing.T) {
 	s := mustOpen(t, pgtest.Database(t))
 	local := newSkewed(0)
-	c := openClock(t, s, postgres.ClockOptions{Local: local.now, Every: time.Hour})
+	c := openClock(t, s, postgres.ClockOptions{Local: local.now, Every: time.Hour, Settle: time.Hour})
 
 	// fires sets an AfterFunc of d, moves the local clock by move, and
 	// checks that f runs, and not before atLeast has passed.
@@ -168,5 +168,56 @@ func TestClockCloseAndUnreachable(t *testing.T) {
 	down.Close()
 	if _, err := down.Clock(context.Background(), postgres.ClockOptions{}); !isUnavailable(err) {
 		t.Errorf("clock on a closed pool: %v, want storage_unavailable", err)
+	}
+}
+
+// lopsided is a local clock whose reads, while slow is set, return only
+// after a pause: each round trip looks longer, its midpoint too early, so
+// a measurement's offset comes out off by about half the pause.
+type lopsided struct{ slow atomic.Bool }
+
+func (l *lopsided) now() time.Time {
+	t := time.Now()
+	if l.slow.Load() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return t
+}
+
+// A measurement over stretched, lopsided round trips does not displace a
+// tight one; and a Clock whose first measurement was stretched measures
+// again within Settle, not a period later, and keeps the tighter result.
+func TestClockKeepsItsTighterMeasurement(t *testing.T) {
+	s := mustOpen(t, pgtest.Database(t))
+	local := &lopsided{}
+	c := openClock(t, s, postgres.ClockOptions{Local: local.now, Every: time.Hour, Settle: time.Hour})
+	offset, bound := c.Offset()
+	local.slow.Store(true)
+	if err := c.Measure(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if o, b := c.Offset(); o != offset || b != bound {
+		t.Errorf("after a lopsided measurement the offset is %v ± %v, want the tighter %v ± %v kept", o, b, offset, bound)
+	}
+
+	// A clock that starts while round trips are stretched settles soon.
+	started := openClock(t, s, postgres.ClockOptions{Local: local.now, Every: time.Hour, Settle: 20 * time.Millisecond})
+	if _, b := started.Offset(); b < 8*time.Millisecond {
+		t.Fatalf("a measurement over round trips stretched by 20 ms has bound %v", b)
+	}
+	local.slow.Store(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		o, b := started.Offset()
+		if b < 8*time.Millisecond {
+			if !within(o, 0, b+2*time.Millisecond) {
+				t.Errorf("settled offset %v ± %v, want about 0 (the cluster runs on this machine's clock)", o, b)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the bound is still %v 5 s after the round trips became short again; want it measured again within Settle", b)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
