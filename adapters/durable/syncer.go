@@ -7,7 +7,7 @@
 // recorded in <items>/.journal/, and a write is durable once its record is:
 // a group commit costs one fdatasync of a few sequential kilobytes instead
 // of a flush of every task file, directory and inode the batch touched
-// (ARCHITECTURE.md, "Group commit through a journal"). One commit serves
+// (ARCHITECTURE.md, "The file store and durability"). One commit serves
 // every caller that asked while the previous one ran, so a busy server pays
 // for a few commits a second, not one per request ("Concurrent writes may
 // share one fsync").
