@@ -133,12 +133,12 @@ func New(src Sources) *Metrics {
 		}, []string{"route", "method", "code"}),
 		flushes: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "taskhoster_flush_duration_seconds",
-			Help:    "How long each group-commit flush (syncfs) took.",
+			Help:    "How long each group commit of the journal took.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, 1},
 		}),
 		batches: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "taskhoster_flush_callers",
-			Help:    "Writes made durable together by each flush (0: a trailing flush).",
+			Help:    "Writes made durable together by each group commit.",
 			Buckets: []float64{0, 1, 2, 4, 8, 16, 32, 64, 128, 256},
 		}),
 		failed: prometheus.NewCounter(prometheus.CounterOpts{
