@@ -185,6 +185,10 @@ type checkOptions struct {
 	// be logged: pauseSlack on one server; more where a pause set through
 	// one server reaches the others only after a while.
 	pauseSlack int64
+	// clockSlack (ms) is how far the servers' clock may be from the
+	// clients': servers on PostgreSQL judge by the database's clock, as
+	// measured over round trips, within the bound each logged at start.
+	clockSlack int64
 }
 
 // checkWith is check with the allowances of opts.
@@ -810,7 +814,7 @@ func (c *checker) claimedInTime(id string, ev event, notBefore, returned int64, 
 		return
 	}
 	c.r.Waited++
-	if ev.At < notBefore {
+	if ev.At+c.opts.clockSlack < notBefore {
 		c.r.fail(&c.r.Early, "task %s was claimed (attempts %d, by %s) at %d, %d ms before %s allowed",
 			id, ev.Attempts, ev.Worker, ev.At, notBefore-ev.At, why)
 	}

@@ -405,3 +405,30 @@ func TestCheckerCountsRetryOutcomes(t *testing.T) {
 		t.Errorf("dead letter: %s", r.Summary())
 	}
 }
+
+// TestCheckerClockSlack: on PostgreSQL a claim's stamp is the database's
+// time as its server measured it, so a claim stamped up to clockSlack ms
+// before the client's clock allowed is forgiven, and one further out is
+// still caught.
+func TestCheckerClockSlack(t *testing.T) {
+	t.Parallel()
+	// retriedOnce's post: sent at 1000 with a delay of 500, so its task may
+	// be claimed from 1499 (a ms allows for a delay not whole in ms).
+	for _, tc := range []struct {
+		at, slack int64
+		early     int
+	}{
+		{1499, 0, 0},
+		{1497, 0, 1},
+		{1497, 1, 1},
+		{1497, 2, 0},
+		{1490, 2, 1},
+	} {
+		s := retriedOnce()
+		s.events[1].At = tc.at
+		r := checkWith(checkOptions{clockSlack: tc.slack}, s.h, s.store, runQueues, s.events, s.torn, s.kills, s.mended, s.settled)
+		if r.Early != tc.early {
+			t.Errorf("claim at %d with clockSlack %d: early = %d, want %d (%v)", tc.at, tc.slack, r.Early, tc.early, r.Problems)
+		}
+	}
+}

@@ -160,6 +160,9 @@ type runner struct {
 
 	errors map[string]int // error-level server log messages over the run
 	mended []event        // event lines the servers' start-up repairs appended
+	// clockBound is the widest error bound of the database's clock a
+	// server of the run started on (PostgreSQL only).
+	clockBound time.Duration
 }
 
 // start starts a server and waits until it listens.
@@ -258,6 +261,7 @@ func (r *runner) absorb(p *process) {
 		r.errors[msg] += n
 	}
 	r.mended = append(r.mended, p.mended...)
+	r.clockBound = max(r.clockBound, p.clockBound)
 }
 
 // logServerErrors lists the error lines the servers logged, for the report.

@@ -151,11 +151,18 @@ type process struct {
 	errors   map[string]int // error-level log messages and how often each came
 	bindFail bool           // it could not bind the port (a restart came too soon)
 	mended   []event        // the event lines its start-up repair appended
+	// clockBound is the error bound of the database's clock it started on
+	// (PostgreSQL only): its stamps may be that far from true time.
+	clockBound time.Duration
 }
 
 // repairedMsg is what a server logs for each event line its start-up
 // repair appended (app.Service.RepairLog), with the event and the task id.
 const repairedMsg = "event log repaired: appended the line a crash cut"
+
+// clockMsg is what a server on PostgreSQL logs once it has measured the
+// database's clock, with the measurement's error bound ("error", seconds).
+const clockMsg = "judging time by the database's clock"
 
 // tailLines is how much of a server's log is kept for failure messages.
 const tailLines = 40
@@ -203,6 +210,14 @@ func (p *process) readLog(r io.Reader) {
 			p.trouble = append(p.trouble, line)
 		case isJSON && (entry.Level == "error" || entry.Level == "dpanic" || entry.Level == "fatal"):
 			p.errors[entry.Msg]++
+		}
+		if strings.Contains(line, clockMsg) {
+			var clock struct {
+				Error float64 `json:"error"`
+			}
+			if json.Unmarshal([]byte(line), &clock) == nil {
+				p.clockBound = max(p.clockBound, time.Duration(clock.Error*float64(time.Second)))
+			}
 		}
 		if isJSON && entry.Msg == repairedMsg {
 			p.mended = append(p.mended, event{ID: entry.ID, Event: entry.Event})
