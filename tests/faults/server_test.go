@@ -198,7 +198,10 @@ func (p *process) readLog(r io.Reader) {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		var entry struct{ Level, Msg, Listener, Error, Event, ID string }
+		var entry struct {
+			Level, Msg, Listener, Event, ID string
+			Error                           json.RawMessage // a message, or clockMsg's bound in seconds
+		}
 		isJSON := json.Unmarshal([]byte(line), &entry) == nil
 		p.mu.Lock()
 		p.tail = append(p.tail, line)
@@ -211,13 +214,9 @@ func (p *process) readLog(r io.Reader) {
 		case isJSON && (entry.Level == "error" || entry.Level == "dpanic" || entry.Level == "fatal"):
 			p.errors[entry.Msg]++
 		}
-		if strings.Contains(line, clockMsg) {
-			var clock struct {
-				Error float64 `json:"error"`
-			}
-			if json.Unmarshal([]byte(line), &clock) == nil {
-				p.clockBound = max(p.clockBound, time.Duration(clock.Error*float64(time.Second)))
-			}
+		var bound float64
+		if isJSON && entry.Msg == clockMsg && json.Unmarshal(entry.Error, &bound) == nil {
+			p.clockBound = max(p.clockBound, time.Duration(bound*float64(time.Second)))
 		}
 		if isJSON && entry.Msg == repairedMsg {
 			p.mended = append(p.mended, event{ID: entry.ID, Event: entry.Event})
