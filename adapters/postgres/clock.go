@@ -97,9 +97,12 @@ func NewClock(ctx context.Context, pool *pgxpool.Pool, opts ClockOptions) (*Cloc
 	c := &Clock{pool: pool, local: opts.Local, opts: opts, stop: make(chan struct{}), done: make(chan struct{})}
 	// A server starting is busy itself: while the bound is wide, a few more
 	// measurements right away, so that it does not serve on a lopsided one.
-	for try := 0; try == 0 || c.wide() && try < 4; try++ {
+	for try := 1; ; try++ {
 		if err := c.Measure(ctx); err != nil {
 			return nil, err
+		}
+		if !c.wide() || try == startMeasures {
+			break
 		}
 	}
 	go c.run()
@@ -186,6 +189,10 @@ func (m estimate) better(old estimate) bool {
 	apart := m.offset - old.offset
 	return max(apart, -apart) > m.bound+oldBound
 }
+
+// startMeasures is how many measurements NewClock takes at most while the
+// bound stays wider than wideBound.
+const startMeasures = 4
 
 // wideBound is an error bound worth improving soon: a loopback or LAN
 // round trip is a fraction of it, so a wider one was measured over a
