@@ -366,7 +366,7 @@ func TestPosts(t *testing.T) {
 	defer s.Kill()
 	ctx := context.Background()
 	ld := c.load(Pair{P: 4, W: 1})
-	a := newAPI(s.Target, 1)
+	a := newAPI(s.Target)
 	defer a.close()
 	for i, batch := range []int{1, 30} { // 200 is no multiple of 30: the last batch is short
 		r, ids, err := Posts(ctx, s.Target, ld, batch)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -20,47 +19,25 @@ import (
 
 // api is a lean client of one queue: the requests the bench makes, with
 // nothing between the wire and the clock (the client package retries and
-// reconnects, which a measurement must not hide).
+// reconnects, which a measurement must not hide), over the bench's own
+// wire (wire.go).
 type api struct {
 	t     Target
-	hc    *http.Client
+	wire  *conns
 	posts atomic.Int64 // for Target.Priorities
 }
 
-// newAPI returns a client that keeps enough idle connections for conns
-// concurrent callers, so that no request pays for a new TCP connection.
-func newAPI(t Target, conns int) *api {
-	tr := &http.Transport{
-		Proxy:               nil, // loopback only
-		DialContext:         (&net.Dialer{Timeout: 10 * time.Second}).DialContext,
-		MaxIdleConns:        conns + 16,
-		MaxIdleConnsPerHost: conns + 16,
-		IdleConnTimeout:     time.Minute,
-	}
-	return &api{t: t, hc: &http.Client{Transport: tr}}
+// newAPI returns a client of t; it keeps the connections its callers
+// opened, so that no request but the first of each pays for a new TCP
+// connection.
+func newAPI(t Target) *api {
+	return &api{t: t, wire: newConns(t)}
 }
 
-func (a *api) close() { a.hc.CloseIdleConnections() }
+func (a *api) close() { a.wire.close() }
 
 func (a *api) do(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, method, a.t.URL+path, bytes.NewReader(body))
-	if err != nil {
-		return 0, nil, err
-	}
-	req.Host = a.t.Host
-	if a.t.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+a.t.Token)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := a.hc.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, data, err
+	return a.wire.do(ctx, method, path, body)
 }
 
 // post posts item and returns the new task's id.
@@ -183,21 +160,32 @@ func (a *api) result(ctx context.Context, id, worker string) (bool, error) {
 }
 
 // dial opens the worker socket as worker.
-func (a *api) dial(ctx context.Context, worker string) (*websocket.Conn, error) {
+func (a *api) dial(ctx context.Context, worker string) (socket, error) {
 	u := "ws" + strings.TrimPrefix(a.t.URL, "http") + "/" + url.PathEscape(a.t.Queue) + "/work?worker=" + url.QueryEscape(worker)
 	h := http.Header{"Host": {a.t.Host}} // gorilla sends this as the Host
 	if a.t.Token != "" {
 		h.Set("Authorization", "Bearer "+a.t.Token)
 	}
-	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second}
+	var wire *corked
+	d := websocket.Dialer{
+		HandshakeTimeout: 10 * time.Second,
+		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			wire = &corked{Conn: c}
+			return wire, nil
+		},
+	}
 	c, resp, err := d.DialContext(ctx, u, h)
 	if err != nil {
 		if resp != nil {
-			return nil, fmt.Errorf("dial worker socket: %w (HTTP %d)", err, resp.StatusCode)
+			return socket{}, fmt.Errorf("dial worker socket: %w (HTTP %d)", err, resp.StatusCode)
 		}
-		return nil, fmt.Errorf("dial worker socket: %w", err)
+		return socket{}, fmt.Errorf("dial worker socket: %w", err)
 	}
-	return c, nil
+	return socket{c, wire}, nil
 }
 
 // socketClaim and socketResult are the two messages a bench worker sends.
@@ -213,7 +201,7 @@ func socketResult(ref int64, id string) []byte {
 }
 
 // readMsg reads one socket message.
-func readMsg(c *websocket.Conn) (claimed, error) {
+func readMsg(c socket) (claimed, error) {
 	var m claimed
 	_, data, err := c.ReadMessage()
 	if err != nil {

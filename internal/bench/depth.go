@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -90,7 +91,7 @@ type DepthRun struct {
 // claims without a query. One claim may take up to wait (the first one
 // tests every pending item against the query).
 func Depth(ctx context.Context, t Target, pending, claims, itemBytes int, wait time.Duration) (DepthRun, error) {
-	a := newAPI(t, 2)
+	a := newAPI(t)
 	defer a.close()
 	s, err := openLockstep(ctx, a, "depth", wait)
 	if err != nil {
@@ -169,7 +170,7 @@ type MemoryRun struct {
 // for the garbage of the last requests to go. Run it on a server with
 // --sync none: only the memory is measured.
 func Memory(ctx context.Context, s *Server, n, p, itemBytes int, settle time.Duration) (MemoryRun, error) {
-	a := newAPI(s.Target, p)
+	a := newAPI(s.Target)
 	defer a.close()
 	r := MemoryRun{Tasks: n, ItemBytes: itemBytes}
 	read := func() (int64, float64, error) {
@@ -178,7 +179,7 @@ func Memory(ctx context.Context, s *Server, n, p, itemBytes int, settle time.Dur
 		if err != nil {
 			return 0, 0, err
 		}
-		heap, err := Metric(ctx, a.hc, s.Admin, "go_memstats_alloc_bytes")
+		heap, err := Metric(ctx, http.DefaultClient, s.Admin, "go_memstats_alloc_bytes")
 		return rss, heap, err
 	}
 	var err error

@@ -19,7 +19,7 @@ type HandoffRun struct {
 // soon as one arrives, before handing in its result, so that claim has
 // long been waiting when the next post is sent.
 func Handoff(ctx context.Context, t Target, n, itemBytes int) (HandoffRun, error) {
-	a := newAPI(t, 2)
+	a := newAPI(t)
 	defer a.close()
 	s, err := openLockstep(ctx, a, "handoff", time.Minute)
 	if err != nil {

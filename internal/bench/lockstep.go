@@ -14,7 +14,7 @@ import (
 // arrives, whatever the caller is doing then.
 type lockstep struct {
 	wait time.Duration // the longest a reply may take
-	c    *websocket.Conn
+	c    socket
 	msgs chan arrival
 	stop chan struct{}
 	ref  int64

@@ -19,7 +19,7 @@ type PostRun struct {
 // post was answered with an id of its own and that the queue's pending
 // count grew by N. ld.W and ld.K are not used.
 func Posts(ctx context.Context, t Target, ld Load, batch int) (PostRun, []string, error) {
-	a := newAPI(t, ld.P)
+	a := newAPI(t)
 	defer a.close()
 	before, err := a.counts(ctx)
 	if err != nil {

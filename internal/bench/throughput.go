@@ -11,8 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/gorilla/websocket"
 )
 
 // Load is one throughput workload: P producers post N tasks of about
@@ -143,7 +141,7 @@ func Throughput(ctx context.Context, t Target, transport string, ld Load) (LoadR
 func ThroughputOn(ctx context.Context, ts []Target, transport string, ld Load) (LoadRun, []string, error) {
 	apis := make([]*api, len(ts))
 	for i, t := range ts {
-		apis[i] = newAPI(t, ld.P+ld.W*ld.K)
+		apis[i] = newAPI(t)
 		defer apis[i].close()
 	}
 	l := newLedger(ld.N)
@@ -207,8 +205,10 @@ func socketWorker(ctx context.Context, a *api, name string, k int, l *ledger) {
 		_ = c.Close()
 	}()
 	ref := int64(0)
-	send := func(msg []byte) bool {
-		if err := c.WriteMessage(websocket.TextMessage, msg); err != nil {
+	// send writes msgs in one write: a result and the claim behind it
+	// reach the server together.
+	send := func(msgs ...[]byte) bool {
+		if err := c.sendTogether(msgs...); err != nil {
 			if !l.stopped() {
 				l.fail(fmt.Errorf("worker %s: %w", name, err))
 			}
@@ -235,7 +235,9 @@ func socketWorker(ctx context.Context, a *api, name string, k int, l *ledger) {
 	handIn := func(h held) bool {
 		ref++
 		inFlight[ref] = h
-		return send(socketResult(ref, h.id)) && claim()
+		result := socketResult(ref, h.id)
+		ref++
+		return send(result, socketClaim(ref, nil))
 	}
 	for {
 		m, err := readMsg(c)

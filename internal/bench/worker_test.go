@@ -27,7 +27,7 @@ func TestSocketWorkerWorksOnWhileResultsWaitForAcks(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	a := newAPI(Target{URL: srv.URL, Host: "bench.local", Queue: "q"}, 1)
+	a := newAPI(Target{URL: srv.URL, Host: "bench.local", Queue: "q"})
 	defer a.close()
 	go func() {
 		<-ctx.Done()
