@@ -45,7 +45,12 @@ type files struct {
 	// spares.go); spareSeq names them.
 	spares   sync.Map
 	spareSeq atomic.Uint64
-	tempSeq  atomic.Uint64 // names temp files
+	// held counts the descriptors of spares and task files the store
+	// holds open (spares.go), up to limit.
+	held      atomic.Int64
+	limitOnce sync.Once
+	limit     int64
+	tempSeq   atomic.Uint64 // names temp files
 	// journal, if any, records every write once it is done (journal.go).
 	journal Journal
 }
@@ -76,12 +81,15 @@ func (f *files) Put(old *domain.Task, t domain.Task, data []byte) error {
 		return err
 	}
 	moved := old != nil && old.Status.Dir() != t.Status.Dir()
-	if err := f.write(t, data, old == nil || moved); err != nil {
+	if err := f.write(t, data, old == nil, moved); err != nil {
 		return err
 	}
 	if moved {
 		if err := f.retire(domain.KeyOf(t).Ref(), f.path(*old)); err != nil {
 			// Undo the write, so the disc keeps agreeing with the index.
+			if h := f.forget(domain.KeyOf(t).Ref(), f.path(t)); h.fd >= 0 {
+				f.release(h.fd)
+			}
 			_ = os.Remove(f.path(t))
 			return err
 		}
@@ -135,34 +143,46 @@ func (f *files) ensureDirs(ref domain.QueueRef) error {
 // write stores data as the file t's status names: a temp file, then a
 // rename to the destination, so a reader (or a restart) sees the old record
 // or the new one and never half of one. fresh says the destination does not
-// exist (a new task, or a move): then a spare of the queue serves as the
-// temp file. A rewrite in place uses a new temp file, renamed over the old
+// exist (a new task, post, or a move): then a spare of the queue serves as
+// the temp file. A rewrite in place uses a new temp file, renamed over the old
 // one, which ext4 makes safe against a crash before the data is flushed.
-// It does not fsync; Syncer does, for many writes at once.
-func (f *files) write(t domain.Task, data []byte, fresh bool) error {
+// The file stays open for its next write unless the task is finished
+// (spares.go). It does not fsync; Syncer does, for many writes at once.
+func (f *files) write(t domain.Task, data []byte, post, moved bool) error {
 	ref := domain.KeyOf(t).Ref()
 	if err := f.ensureDirs(ref); err != nil {
 		return err
 	}
 	dst := f.path(t)
-	if fresh && f.writeSpare(ref, dst, data) {
+	keep := !t.Status.Terminal()
+	if (post || moved) && f.writeSpare(ref, dst, data, post, keep) {
 		return nil
 	}
-	tmp, err := f.createTemp(filepath.Dir(dst), t.ID, data)
+	tmp, fd, err := f.createTemp(filepath.Dir(dst), t.ID, data)
 	if err != nil {
 		return unavailable("create temp file", err)
 	}
 	if err := rename(tmp, dst); err != nil {
+		_ = syscall.Close(fd)
 		_ = os.Remove(tmp) // best effort: the start-up scan removes it otherwise
 		return unavailable("write task "+t.ID, err)
+	}
+	if keep {
+		f.hold(ref, dst, fd, int64(len(data)))
+		return nil
+	}
+	_ = syscall.Close(fd)
+	if h := f.forget(ref, dst); h.fd >= 0 { // the file it replaced
+		f.release(h.fd)
 	}
 	return nil
 }
 
 // createTemp writes data to a new temp file for task id in dir and returns
-// its path. Raw system calls: os.CreateTemp would also try to register the
-// file with the runtime's poller, five calls more for a regular file.
-func (f *files) createTemp(dir, id string, data []byte) (string, error) {
+// its path and its open descriptor. Raw system calls: os.CreateTemp would
+// also try to register the file with the runtime's poller, five calls more
+// for a regular file.
+func (f *files) createTemp(dir, id string, data []byte) (string, int, error) {
 	for {
 		path := filepath.Join(dir, "."+fileName(id)+".tmp-"+strconv.FormatUint(f.tempSeq.Add(1), 36))
 		fd, err := syscall.Open(path, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC, 0o600)
@@ -170,17 +190,14 @@ func (f *files) createTemp(dir, id string, data []byte) (string, error) {
 			continue // left by an earlier process, which the start-up scan missed
 		}
 		if err != nil {
-			return "", &os.PathError{Op: "create", Path: path, Err: err}
+			return "", -1, &os.PathError{Op: "create", Path: path, Err: err}
 		}
-		err = writeAll(fd, data)
-		if cerr := syscall.Close(fd); err == nil {
-			err = cerr
-		}
-		if err != nil {
+		if err := writeAll(fd, data); err != nil {
+			_ = syscall.Close(fd)
 			_ = os.Remove(path)
-			return "", &os.PathError{Op: "write", Path: path, Err: err}
+			return "", -1, &os.PathError{Op: "write", Path: path, Err: err}
 		}
-		return path, nil
+		return path, fd, nil
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,53 +31,60 @@ func inode(tb testing.TB, path string) uint64 {
 	return fi.Sys().(*syscall.Stat_t).Ino
 }
 
-// A task file that leaves its directory becomes the next new file of the
+// A task file that leaves its directory becomes the next file of the
 // queue: no inode is created or freed for it, and the file written into it
-// holds exactly the new record, however long the old one was.
+// holds exactly the new record, however long the old one was. A post takes
+// only a spare no longer than its record (a truncate is a journaled change
+// of the inode), a move any spare.
 func TestSparesAreReused(t *testing.T) {
 	dir := t.TempDir()
 	s := mustOpen(t, dir)
 	ctx := context.Background()
-	pendingFile := func(id string) string { return filepath.Join(dir, host, queue, "pending", id+".json") }
+	file := func(state, id string) string { return filepath.Join(dir, host, queue, state, id+".json") }
+	holds := func(path string, k domain.Key) {
+		t.Helper()
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.Get(ctx, k); err != nil || string(data) != string(domain.EncodeTask(got)) {
+			t.Errorf("%s holds\n%s\nwant the record of %+v (%v)", path, data, got, err)
+		}
+	}
 
-	long, _ := domain.Post(taskID(1), host, queue, json.RawMessage(`{"note":"a long item, longer than the next task's record by far, so that a short write over it would leave a tail behind"}`), "alice", epoch)
+	long, _ := domain.Post(taskID(1), host, queue, json.RawMessage(`{"note":"a long item, longer than the next task's record by far, so that a short write over it would leave a tail behind","pad":"`+strings.Repeat("x", 500)+`"}`), "alice", epoch)
 	if err := s.Create(ctx, long, nil); err != nil {
 		t.Fatal(err)
 	}
-	was := inode(t, pendingFile(taskID(1)))
+	was := inode(t, file("pending", taskID(1)))
 	mustUpdate(t, s, keyOf(taskID(1)), claimBy("box-1", epoch)) // pending file retired
 
 	short, _ := domain.Post(taskID(2), host, queue, json.RawMessage(`{}`), "", epoch)
 	if err := s.Create(ctx, short, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := inode(t, pendingFile(taskID(2))); got != was {
-		t.Errorf("the new task's file is inode %d, want the retired file's %d", got, was)
+	if got := inode(t, file("pending", taskID(2))); got == was {
+		t.Errorf("the short task's post took the long spare (inode %d)", was)
 	}
-	data, err := os.ReadFile(pendingFile(taskID(2)))
-	if err != nil {
-		t.Fatal(err)
+	holds(file("pending", taskID(2)), keyOf(taskID(2)))
+	shortWas := inode(t, file("pending", taskID(2)))
+	// Its claim writes the long spare: the record is shorter, and no tail
+	// of the old one is left.
+	mustUpdate(t, s, keyOf(taskID(2)), claimBy("box-1", epoch))
+	if got := inode(t, file("processing", taskID(2))); got != was {
+		t.Errorf("the short task's processing file is inode %d, want the long spare's %d", got, was)
 	}
-	if want := domain.EncodeTask(short); string(data) != string(want) {
-		t.Errorf("reused file holds\n%s\nwant\n%s", data, want)
-	}
+	holds(file("processing", taskID(2)), keyOf(taskID(2)))
 
 	// And the other way: a long record written into the short spare.
-	was = inode(t, pendingFile(taskID(2)))
-	mustUpdate(t, s, keyOf(taskID(2)), claimBy("box-1", epoch))
 	long3, _ := domain.Post(taskID(3), host, queue, long.Item, "alice", epoch)
 	if err := s.Create(ctx, long3, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := inode(t, pendingFile(taskID(3))); got != was {
-		t.Errorf("the third task's file is inode %d, want the second's %d", got, was)
+	if got := inode(t, file("pending", taskID(3))); got != shortWas {
+		t.Errorf("the third task's file is inode %d, want the short spare's %d", got, shortWas)
 	}
-	if data, err = os.ReadFile(pendingFile(taskID(3))); err != nil {
-		t.Fatal(err)
-	}
-	if want := domain.EncodeTask(long3); string(data) != string(want) {
-		t.Errorf("reused file holds\n%s\nwant\n%s", data, want)
-	}
+	holds(file("pending", taskID(3)), keyOf(taskID(3)))
 
 	// A clean stop leaves no spares; the next start reads the tasks back.
 	if err := s.Close(); err != nil {
@@ -184,11 +192,28 @@ func churn(s *fsstore.Store, seed uint64, goroutines, rounds, tasks int) {
 // spares pass from task to task. Afterwards every task's file holds exactly
 // its indexed record, in the directory its status names, nothing else is in
 // the state directories, and a restart reads the same index back.
+//
+// It runs with the store holding as many files open as it likes, with none,
+// and with a few, so that files are sometimes held and sometimes not (a
+// descriptor held for a path that another file replaced would write a
+// spare through the wrong inode, and the disc would disagree).
 func TestChurnLeavesDiscAndIndexAgreeing(t *testing.T) {
+	for _, most := range []int64{-1, 0, 3} {
+		t.Run(fmt.Sprintf("held %d", most), func(t *testing.T) { churnAndCheck(t, most) })
+	}
+}
+
+func churnAndCheck(t *testing.T, most int64) {
 	dir := t.TempDir()
 	s := mustOpen(t, dir)
+	if most >= 0 {
+		fsstore.HoldAtMost(s, most)
+	}
 	ctx := context.Background()
 	churn(s, 7, 8, 150, 40)
+	if n := len(openUnder(t, dir)); most >= 0 && n > int(most) {
+		t.Errorf("%d files under the items folder open, want at most %d", n, most)
+	}
 
 	want := map[string]string{}
 	index := map[string]domain.Task{}
@@ -217,5 +242,69 @@ func TestChurnLeavesDiscAndIndexAgreeing(t *testing.T) {
 	}
 	if c := again.Counts(ref); c.Pending+c.Processing+c.Done != len(index) {
 		t.Errorf("restart indexed %+v, want %d tasks", c, len(index))
+	}
+}
+
+// openUnder lists the files under dir this process has open, but for the
+// folder's lock.
+func openUnder(tb testing.TB, dir string) []string {
+	tb.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		tb.Skipf("no /proc/self/fd: %v", err)
+	}
+	var open []string
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+		if err == nil && strings.HasPrefix(target, dir+string(filepath.Separator)) && target != filepath.Join(dir, ".lock") {
+			open = append(open, target)
+		}
+	}
+	return open
+}
+
+// A task file stays open from its write until it moves on, so that the
+// next write of its inode (as a spare) needs no open: the store holds the
+// pending file, then the processing file; a finished task's file, which
+// may wait days for its retention, is closed; a clean stop closes all.
+func TestFilesOfLiveTasksStayOpen(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir)
+	ctx := context.Background()
+	file := func(state string) string { return filepath.Join(dir, host, queue, state, taskID(1)+".json") }
+	isOpen := func(path string) bool { return slices.Contains(openUnder(t, dir), path) }
+
+	posted, _ := domain.Post(taskID(1), host, queue, json.RawMessage(`{}`), "alice", epoch)
+	if err := s.Create(ctx, posted, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !isOpen(file("pending")) {
+		t.Errorf("the pending file is not held open; open: %q", openUnder(t, dir))
+	}
+	mustUpdate(t, s, keyOf(taskID(1)), claimBy("box-1", epoch))
+	if !isOpen(file("processing")) {
+		t.Errorf("the processing file is not held open; open: %q", openUnder(t, dir))
+	}
+	// The pending file became a spare, open still: the result is written
+	// through it.
+	if n := len(openUnder(t, dir)); n != 2 {
+		t.Errorf("%d files open, want the processing file and a spare: %q", n, openUnder(t, dir))
+	}
+	mustUpdate(t, s, keyOf(taskID(1)), finishWith(`{"ok":true}`, epoch))
+	if isOpen(file("done")) {
+		t.Error("the done file is held open")
+	}
+	data, err := os.ReadFile(file("done"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done, err := s.Get(ctx, keyOf(taskID(1))); err != nil || string(data) != string(domain.EncodeTask(done)) {
+		t.Errorf("done file holds\n%s\nwant the record of %+v (%v)", data, done, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if open := openUnder(t, dir); len(open) > 0 {
+		t.Errorf("after a clean stop still open: %q", open)
 	}
 }
