@@ -235,6 +235,37 @@ type run struct {
 	fail     func(error)
 
 	outcomes sync.Mutex // OnOutcome and OnDone run one at a time (done)
+	// told holds, by task, a channel closed once the outcome of the task's
+	// latest hand-in is told: a task given back can come back to this
+	// Worker, and be finished, before the ack of its release is read, and
+	// its outcomes are told in the order they were handed in (inOrder).
+	toldMu sync.Mutex
+	told   map[string]chan struct{}
+}
+
+// inOrder reserves the next outcome of task id: it returns a function that
+// tells o once every outcome of id reserved before has been told.
+func (r *run) inOrder(id string) (tell func(o Outcome)) {
+	mine := make(chan struct{})
+	r.toldMu.Lock()
+	if r.told == nil {
+		r.told = map[string]chan struct{}{}
+	}
+	prev := r.told[id]
+	r.told[id] = mine
+	r.toldMu.Unlock()
+	return func(o Outcome) {
+		if prev != nil {
+			<-prev
+		}
+		r.done(o)
+		r.toldMu.Lock()
+		if r.told[id] == mine {
+			delete(r.told, id)
+		}
+		r.toldMu.Unlock()
+		close(mine)
+	}
 }
 
 // slot is one unit of concurrency: claim, handle, hand in, again. The
@@ -388,9 +419,10 @@ func (r *run) handle(t *Task) (finish func(written func(*session))) {
 	cancelled := errors.Is(context.Cause(ctx), ErrCancelled)
 	return func(written func(*session)) {
 		defer release()
+		tell := r.inOrder(t.ID)
 		if cancelled {
 			o.Err, o.Ack = ErrCancelled, Ack{Status: "failed"}
-			r.done(o)
+			tell(o)
 			return
 		}
 		m, err := handIn(t.ID, result, err)
@@ -400,7 +432,7 @@ func (r *run) handle(t *Task) (finish func(written func(*session))) {
 			o.Sent = m.Type
 			o.Ack, o.Err = r.send(m, written)
 		}
-		r.done(o)
+		tell(o)
 	}
 }
 
