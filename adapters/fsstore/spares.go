@@ -35,10 +35,10 @@ import (
 // leaves its directory (while the task is pending or processing), and a
 // spare open until it is written again: a descriptor follows its inode
 // through renames, so the next write of that inode is a pwrite, with no
-// open, fstat or close around it (three of the seventeen file system calls
-// a task's three writes made), and its size, which says whether it needs
-// a truncate, is known. A file that is done stays closed: it may wait for
-// its retention for days. What is held open is bounded (maxHeld, and
+// open, fstat or close around it, and its size, which says whether it
+// needs a truncate, is known: a task's post, claim and result make 11 file
+// system calls instead of 17. A file that is done is closed: it may wait
+// for its retention for days. What is held open is bounded (maxHeld, and
 // never more than a quarter of the process's descriptor limit); beyond it
 // files are closed, and written as before.
 
