@@ -142,12 +142,13 @@ func (f *files) ensureDirs(ref domain.QueueRef) error {
 
 // write stores data as the file t's status names: a temp file, then a
 // rename to the destination, so a reader (or a restart) sees the old record
-// or the new one and never half of one. fresh says the destination does not
-// exist (a new task, post, or a move): then a spare of the queue serves as
-// the temp file. A rewrite in place uses a new temp file, renamed over the old
-// one, which ext4 makes safe against a crash before the data is flushed.
-// The file stays open for its next write unless the task is finished
-// (spares.go). It does not fsync; Syncer does, for many writes at once.
+// or the new one and never half of one. When the destination does not
+// exist (post: a new task; moved: a move to another state) a spare of the
+// queue serves as the temp file. A rewrite in place uses a new temp file,
+// renamed over the old one, which ext4 makes safe against a crash before
+// the data is flushed. The file stays open for its next write unless the
+// task is finished (spares.go). It does not fsync; Syncer does, for many
+// writes at once.
 func (f *files) write(t domain.Task, data []byte, post, moved bool) error {
 	ref := domain.KeyOf(t).Ref()
 	if err := f.ensureDirs(ref); err != nil {
