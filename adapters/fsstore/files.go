@@ -169,6 +169,7 @@ func (f *files) write(t domain.Task, data []byte, post, moved bool) error {
 		return unavailable("write task "+t.ID, err)
 	}
 	if keep {
+		f.held.Add(1)
 		f.hold(ref, dst, fd, int64(len(data)))
 		return nil
 	}

@@ -109,13 +109,14 @@ func (s *spares) take(n int, fit bool) (spare, bool) {
 	return sp, true
 }
 
-// hold keeps fd, the file just written at path with size bytes, open for
-// its next write, if the store may hold another; else it closes it. What
-// the store held for path before, the file this one replaced, is closed
-// either way: a descriptor held for a path is always that of the file at
-// the path, or a spare made of it would be written through another inode.
+// hold keeps fd, the file just written at path with size bytes and
+// already counted in held, open for its next write, if the store may hold
+// that many; else it closes it. What the store held for path before, the
+// file this one replaced, is closed either way: a descriptor held for a
+// path is always that of the file at the path, or a spare made of it would
+// be written through another inode.
 func (f *files) hold(ref domain.QueueRef, path string, fd int, size int64) {
-	keep := f.held.Add(1) <= f.maxHeld()
+	keep := f.held.Load() <= f.maxHeld()
 	s := f.sparesOf(ref)
 	s.mu.Lock()
 	old, had := s.open[path]
@@ -226,12 +227,11 @@ func (f *files) writeSpare(ref domain.QueueRef, dst string, data []byte, post, k
 		_ = os.Remove(sp.path)
 		return false
 	}
-	if !keep {
+	if keep {
+		f.hold(ref, dst, sp.fd, sp.size)
+	} else {
 		f.release(sp.fd)
-		return true
 	}
-	f.held.Add(-1) // hold counts it again
-	f.hold(ref, dst, sp.fd, sp.size)
 	return true
 }
 

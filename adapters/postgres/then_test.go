@@ -3,6 +3,7 @@ package postgres
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
@@ -34,6 +35,7 @@ func TestSequencerRunsThensInTicketOrder(t *testing.T) {
 				}
 				ran = append(ran, tickets[i])
 				mu.Unlock()
+				runtime.Gosched() // room for another Then to start, were it let
 				mu.Lock()
 				running--
 				mu.Unlock()
