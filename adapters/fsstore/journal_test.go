@@ -21,11 +21,13 @@ import (
 // powerLoss is a store with a journal whose checkpoints take a snapshot of
 // the task files: what a real checkpoint (syncfs) would have made durable.
 type powerLoss struct {
-	t       *testing.T
-	dir     string
-	boots   int
-	mu      sync.Mutex
-	durable map[string]string // the files as of the last checkpoint that finished
+	t         *testing.T
+	dir       string
+	boots     int
+	mu        sync.Mutex
+	durable   map[string]string // the files as of the latest-begun checkpoint that finished
+	begun     int               // checkpoints begun
+	durableAt int               // which of them durable is from
 }
 
 // open opens the store with its journal, in a boot of its own: a start-up
@@ -35,9 +37,19 @@ func (p *powerLoss) open(limit int64) (*fsstore.Store, *durable.Syncer) {
 	p.boots++
 	p.t.Setenv(durable.BootEnv, fmt.Sprintf("boot-%d", p.boots))
 	j, err := durable.Open(durable.Config{Items: p.dir, Logs: p.t.TempDir(), Record: true, Limit: limit, Checkpoint: func() error {
+		p.mu.Lock()
+		p.begun++
+		n := p.begun
+		p.mu.Unlock()
 		snap := snapshot(p.dir)
 		p.mu.Lock()
-		p.durable = snap
+		// A checkpoint begun earlier may finish later (the journal's
+		// background one beside Settle's): what is durable is what the
+		// latest-begun of those that finished saw, as a syncfs makes
+		// durable everything written before it began, whichever ends last.
+		if n > p.durableAt {
+			p.durable, p.durableAt = snap, n
+		}
 		p.mu.Unlock()
 		return nil
 	}})

@@ -266,7 +266,17 @@ func (f *files) overwrite(sp *spare, data []byte) error {
 // dropSpares removes every queue's spares and closes the files the store
 // holds open, so that a clean stop leaves task files only.
 func (f *files) dropSpares() {
-	f.spares.Range(func(k, v any) bool {
+	f.closeHeld()
+	f.spares.Range(func(k, _ any) bool {
+		_ = os.RemoveAll(filepath.Join(f.queuePath(k.(domain.QueueRef)), spareDir))
+		return true
+	})
+}
+
+// closeHeld closes every descriptor the store holds open and forgets the
+// spares.
+func (f *files) closeHeld() {
+	f.spares.Range(func(_, v any) bool {
 		s := v.(*spares)
 		s.mu.Lock()
 		for _, sp := range s.free {
@@ -279,7 +289,6 @@ func (f *files) dropSpares() {
 		}
 		s.free, s.open = nil, map[string]held{}
 		s.mu.Unlock()
-		_ = os.RemoveAll(filepath.Join(f.queuePath(k.(domain.QueueRef)), spareDir))
 		return true
 	})
 }
