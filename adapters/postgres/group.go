@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/taskhoster/taskhoster/adapters/eventlog"
 	"github.com/taskhoster/taskhoster/domain"
 )
 
@@ -561,7 +562,7 @@ func (s *Store) batch(g *group, ops []*op, refs []domain.QueueRef, pre *ahead) (
 		if s.staged != nil {
 			if ev, archive, logged, ok := s.staged(o.ctx); ok {
 				var archived []string
-				if archive && o.guess != nil {
+				if archive && o.guess != nil && hasBodies(ev) {
 					o.missed = true // its bodies would be written whether or not the guess holds
 					continue
 				}
@@ -759,6 +760,12 @@ func (s *Store) addCreate(posts *postRows, o *op) {
 	o.out, o.stored = o.task, true
 }
 
+// hasBodies reports whether ev has bodies to archive (a claim has none).
+func hasBodies(ev domain.Event) bool {
+	bodies, err := eventlog.Bodies(ev)
+	return len(bodies) > 0 || err != nil
+}
+
 // everyAlone has each op's change run alone: the batch stored nothing.
 func everyAlone(ops []*op) {
 	for _, o := range ops {
@@ -778,7 +785,12 @@ func (s *Store) settleOp(o *op, then func() error) error {
 	}
 	q := s.queue(domain.KeyOf(o.out).Ref())
 	if !o.stored {
-		return q.seq.run(o.ticket, o.out.ID, nil)
+		q.unsure(o.ticket, o.out.ID)
+		return nil
 	}
-	return q.seq.run(o.ticket, o.out.ID, then)
+	data := o.written
+	if o.kind == opCreate {
+		data = o.data
+	}
+	return q.stored(o.ticket, o.out, data, then)
 }

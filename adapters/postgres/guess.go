@@ -21,7 +21,8 @@ import (
 // PostgreSQL re-reads a row it waited for before it updates it. A change
 // whose guard fails, or that fn or CheckTransition refuse on the guess
 // (the refusal may be the guess's), is made again the ordinary way, on the
-// locked row. A change of a pending task is never guessed: claims take
+// locked row. A change of a pending task is guessed only by a claim from
+// stock (stock.go), which wakes a claim when it misses: claims take
 // pending rows, and a pending row let go unchanged must wake one (release).
 // A guarded UPDATE that found the row changed after its snapshot holds the
 // row's latest version until its COMMIT even though it wrote nothing; the

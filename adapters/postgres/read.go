@@ -17,11 +17,17 @@ import (
 // whose notBefore came in between for Due: they were delayed when this
 // Store last looked, and are claimable now.
 func (s *Store) promote(ctx context.Context, ref domain.QueueRef, now int64) error {
-	q := s.queue(ref)
-	from, moved := q.advance(now)
+	from, moved := s.queue(ref).advance(now)
 	if !moved {
 		return nil
 	}
+	return s.countDue(ctx, ref, from, now)
+}
+
+// countDue counts ref's pending tasks whose notBefore is in (from, now]
+// for Due.
+func (s *Store) countDue(ctx context.Context, ref domain.QueueRef, from, now int64) error {
+	q := s.queue(ref)
 	var n int
 	err := s.pool.QueryRow(ctx, `SELECT count(*) FROM tasks WHERE `+dueBetween, ref.Host, ref.Queue, now, from).Scan(&n)
 	if err != nil {

@@ -24,7 +24,9 @@
 // processing, on the record it stored last, written only where that is
 // still the row's: guess.go), two round trips and one COMMIT for the lot. A claim
 // without a query takes the first claimable pending rows in claim order,
-// FOR UPDATE SKIP LOCKED. A claim with a query reads candidates in claim
+// FOR UPDATE SKIP LOCKED; a server alone on the database takes them from
+// stock instead, records read ahead and kept in step with its own changes,
+// with one guarded UPDATE beside its posts (stock.go). A claim with a query reads candidates in claim
 // order, a batch at a time and without locks, tests the Matcher on each in
 // Go, and locks only a task it accepts (re-checking that it is still
 // claimable), so it never claims a task the query rejects nor holds up
@@ -109,6 +111,8 @@ type Store struct {
 	onRead ReadHook // nil: none (tasks.go, Get)
 
 	onRelease func(domain.QueueRef, int) // nil: none (group.go, release)
+
+	alone func() bool // nil: never alone; claims from stock only while it says yes (stock.go)
 }
 
 // Open connects to the database at url (a postgres:// URL or a key=value
@@ -187,6 +191,8 @@ type queue struct {
 	// more: the latest claim batch of the queue saw claimable rows beyond
 	// those it locked (HasPending).
 	more bool
+
+	stock stock // the first claimable records, for claims from stock (stock.go)
 }
 
 // lookedAt notes whether a claim batch saw claimable rows beyond those it
@@ -230,6 +236,27 @@ func (s *Store) queue(ref domain.QueueRef) *queue {
 		s.queues[ref] = q
 	}
 	return q
+}
+
+// stored runs then (nil: nothing) in ticket's turn, once the stock has
+// taken in t, the record the change stored as data (nil: t was deleted):
+// in turn, so that the stock sees a task's changes in store order.
+func (q *queue) stored(ticket uint64, t domain.Task, data []byte, then func() error) error {
+	return q.seq.run(ticket, t.ID, func() error {
+		q.stock.stored(t, data)
+		if then == nil {
+			return nil
+		}
+		return then()
+	})
+}
+
+// unsure passes ticket's turn on for a change of task id that was not
+// stored, or may have been (its COMMIT got no answer): the stock, which
+// would not know which, is read again.
+func (q *queue) unsure(ticket uint64, id string) {
+	q.stock.drop()
+	_ = q.seq.run(ticket, id, nil)
 }
 
 // fail wraps a database error of op: one that says the database cannot be

@@ -16,6 +16,16 @@ func TestContract(t *testing.T) {
 	contract.TestRepository(t, func(t *testing.T) ports.TaskRepository { return mustOpen(t, pgtest.Database(t)) })
 }
 
+// The same contract with claims taken from stock, as a server alone on
+// its database takes them (stock.go).
+func TestContractAlone(t *testing.T) {
+	contract.TestRepository(t, func(t *testing.T) ports.TaskRepository {
+		s := mustOpen(t, pgtest.Database(t))
+		s.OnAlone(func() bool { return true })
+		return s
+	})
+}
+
 func TestPauses(t *testing.T) {
 	contract.TestPauses(t, func(t *testing.T) ports.Pauses { return mustOpen(t, pgtest.Database(t)) })
 }

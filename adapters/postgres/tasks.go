@@ -82,10 +82,10 @@ func (s *Store) createAlone(ctx context.Context, stored domain.Task, data []byte
 	ticket := q.seq.take(stored.ID)
 	_, err := s.pool.Exec(ctx, insertTask, insertArgs(stored, data)...)
 	if err != nil {
-		_ = q.seq.run(ticket, stored.ID, nil)
+		q.unsure(ticket, stored.ID)
 		return createFailed(stored.ID, err)
 	}
-	return q.seq.run(ticket, stored.ID, func() error { return then.Call(stored) })
+	return q.stored(ticket, stored, data, func() error { return then.Call(stored) })
 }
 
 // createLogged stores a new task and its posted line in one transaction:
@@ -98,11 +98,11 @@ func (s *Store) createLogged(ctx context.Context, stored domain.Task, data []byt
 			`+insertLineSQL+` SELECT $14, $1, $2, $3, $15 FROM task`,
 			append(insertArgs(stored, data), lineArgs(ev)...)...)
 		if err != nil {
-			_ = q.seq.run(ticket, stored.ID, nil)
+			q.unsure(ticket, stored.ID)
 			return createFailed(stored.ID, err)
 		}
 		logged()
-		return q.seq.run(ticket, stored.ID, func() error { return then.Call(stored) })
+		return q.stored(ticket, stored, data, func() error { return then.Call(stored) })
 	}
 	// Archived bodies: the INSERT, the bodies and the line in one batch,
 	// one implicit transaction.
@@ -115,13 +115,13 @@ func (s *Store) createLogged(ctx context.Context, stored domain.Task, data []byt
 	}
 	ticket := q.seq.take(stored.ID)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
-		_ = q.seq.run(ticket, stored.ID, nil)
+		q.unsure(ticket, stored.ID)
 		return createFailed(stored.ID, err)
 	}
 	if logged != nil {
 		logged()
 	}
-	return q.seq.run(ticket, stored.ID, func() error { return then.Call(stored) })
+	return q.stored(ticket, stored, data, func() error { return then.Call(stored) })
 }
 
 // createFailed is the error of a refused INSERT of task id.
@@ -264,7 +264,7 @@ func (s *Store) change(ctx context.Context, tx *txn, data []byte, fn func(*domai
 	}
 	b := &pgx.Batch{}
 	b.Queue(updateRow, row(stored, data)...)
-	err = s.commit(ctx, tx, b, cur, stored, func() error { return then.Call(stored) })
+	err = s.commit(ctx, tx, b, cur, stored, data, func() error { return then.Call(stored) })
 	if err == nil {
 		s.recent.stored(stored, data)
 	}
@@ -280,8 +280,9 @@ func (s *Store) letGo(cur domain.Task) {
 }
 
 // commit queues the change's line in b, commits b in tx (the change of
-// the record cur into t), and runs then (stored) in t's queue's turn.
-func (s *Store) commit(ctx context.Context, tx *txn, b *pgx.Batch, cur, t domain.Task, then func() error) error {
+// the record cur into t, stored as data; nil: deleted), and runs then in
+// t's queue's turn.
+func (s *Store) commit(ctx context.Context, tx *txn, b *pgx.Batch, cur, t domain.Task, data []byte, then func() error) error {
 	logged, err := s.stageLine(ctx, b)
 	if err != nil {
 		tx.rollback()
@@ -291,26 +292,32 @@ func (s *Store) commit(ctx context.Context, tx *txn, b *pgx.Batch, cur, t domain
 	q := s.queue(domain.KeyOf(t).Ref())
 	ticket := q.seq.take(t.ID)
 	if err := tx.commit(ctx, b); err != nil {
-		_ = q.seq.run(ticket, t.ID, nil)
+		q.unsure(ticket, t.ID)
 		s.letGo(cur)
 		return fail("commit task "+t.ID, err)
 	}
 	if logged != nil {
 		logged()
 	}
-	return q.seq.run(ticket, t.ID, then)
+	return q.stored(ticket, t, data, then)
 }
 
 // claimBatch is how many candidates a claim with a query reads at a time.
 const claimBatch = 64
 
 // ClaimNext applies fn to the first claimable pending task of ref in claim
-// order that m accepts. Without m it is one statement; with m it tests
-// candidates in claim order and locks only one m accepts (see the package
-// comment).
+// order that m accepts. Without m it is taken from stock while this Store
+// is alone on the database (stock.go), else locked in a batch (group.go);
+// with m it tests candidates in claim order and locks only one m accepts
+// (see the package comment).
 func (s *Store) ClaimNext(ctx context.Context, ref domain.QueueRef, m ports.Matcher, now time.Time, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
 	nowMs := domain.Millis(now)
 	if m == nil {
+		if s.alone != nil && s.alone() {
+			if t, ok, err := s.claimStocked(ctx, ref, nowMs, fn, then); ok {
+				return t, err
+			}
+		}
 		return s.claimBatched(ctx, ref, nowMs, fn, then)
 	}
 	if err := s.promote(ctx, ref, nowMs); err != nil {
@@ -518,7 +525,7 @@ func (s *Store) Delete(ctx context.Context, k domain.Key, check func(domain.Task
 		s.recent.forget(k)
 		b := &pgx.Batch{}
 		b.Queue(`DELETE FROM tasks WHERE host = $1 AND queue = $2 AND id = $3`, k.Host, k.Queue, k.ID)
-		return struct{}{}, s.commit(ctx, tx, b, cur, cur, func() error { return then.Call(cur) })
+		return struct{}{}, s.commit(ctx, tx, b, cur, cur, nil, func() error { return then.Call(cur) })
 	})
 	return err
 }

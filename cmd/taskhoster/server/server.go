@@ -342,6 +342,11 @@ var NotifyModule = fx.Module("notify",
 		}); ok {
 			r.OnRelease(n.Wake)
 		}
+		// Alone on the database, a server knows every change of its
+		// queues: claims take their tasks from stock (postgres.Store.OnAlone).
+		if r, ok := repo.(interface{ OnAlone(func() bool) }); ok {
+			r.OnAlone(func() bool { return !n.Others() })
+		}
 		lc.Append(fx.StartStopHook(n.Start, n.Stop))
 		return n
 	}),
