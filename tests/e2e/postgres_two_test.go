@@ -142,3 +142,33 @@ func finish(t *testing.T, s *server, id, worker string) {
 		t.Fatalf("result of %s: %d %s", id, r.Status, r.Body)
 	}
 }
+
+// A server alone on the database takes claims from stock, which knows only
+// its own changes; once a second server starts, the first learns of it
+// (its hello) before that server serves, and locks rows for its claims
+// from then on: a claim waiting on the first gets a task the second posted.
+func TestPostgresServerJoiningEndsClaimsFromStock(t *testing.T) {
+	url := pgtest.Database(t)
+	a := start(t, newDirs(t), "--store", "postgres", "--database-url", url)
+	// A's stock is read, and holds every claimable task: none once this
+	// one is claimed.
+	id := a.post("resize", aliceToken, `{"url":"https://ex.com/alone.png"}`)
+	if r := a.do("POST", "/resize/claim", boxToken, `{"worker":"box-a"}`); r.Status != http.StatusOK || r.JSON(t)["id"] != id {
+		t.Fatalf("claim on A alone: %d %s, want task %s", r.Status, r.Body, id)
+	}
+	finish(t, a, id, "box-a")
+
+	claimed := make(chan response, 1)
+	go func() { claimed <- a.do("POST", "/resize/claim", boxToken, `{"worker":"box-a","wait":10}`) }()
+	b := start(t, newDirs(t), "--store", "postgres", "--database-url", url)
+	id = b.post("resize", aliceToken, `{"url":"https://ex.com/joined.png"}`)
+	select {
+	case r := <-claimed:
+		if r.Status != http.StatusOK || r.JSON(t)["id"] != id {
+			t.Fatalf("claim on A: %d %s, want task %s posted on B", r.Status, r.Body, id)
+		}
+	case <-time.After(8 * time.Second):
+		t.Fatal("the claim waiting on A did not get the task posted on B")
+	}
+	finish(t, a, id, "box-a")
+}
