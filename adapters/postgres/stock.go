@@ -52,7 +52,7 @@ const stockTries = 4
 // stock is a queue's first claimable records, in claim order.
 type stock struct {
 	mu    sync.Mutex
-	items []stocked
+	items []*stocked // pointers: a claim takes the first, and the rest move up
 	read  bool // items were read and are kept in step
 	// complete: items held every claimable task when read, so every
 	// claimable task is in items.
@@ -102,15 +102,15 @@ func claimsBefore(a, b domain.Task) bool {
 // take gives the first record no claim has taken that is claimable at now,
 // and marks it taken. With stockUnread it may return the read in flight to
 // wait for.
-func (st *stock) take(now int64) (stocked, stockAnswer, <-chan struct{}) {
+func (st *stock) take(now int64) (*stocked, stockAnswer, <-chan struct{}) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.filling != nil {
-		return stocked{}, stockUnread, st.filling
+		return nil, stockUnread, st.filling
 	}
 	if !st.read || now >= st.until {
 		st.read, st.items = false, nil
-		return stocked{}, stockUnread, nil
+		return nil, stockUnread, nil
 	}
 	free := 0
 	for _, it := range st.items {
@@ -131,14 +131,14 @@ func (st *stock) take(now int64) (stocked, stockAnswer, <-chan struct{}) {
 	case free > 0:
 		// Claimable by the database's clock when read, not yet by this
 		// claim's now (an earlier one): the claim locks its row instead.
-		return stocked{}, stockShort, nil
+		return nil, stockShort, nil
 	case st.complete:
-		return stocked{}, stockEmpty, nil
+		return nil, stockEmpty, nil
 	}
 	// Every record read is claimed or being claimed: read further (the
 	// rows of claims in flight come back taken).
 	st.read, st.items = false, nil
-	return stocked{}, stockUnread, nil
+	return nil, stockUnread, nil
 }
 
 // more reports whether the stock may hold a claimable task no claim has
@@ -193,7 +193,7 @@ func (st *stock) stored(t domain.Task, data []byte) {
 // out if the stock is full. A delayed one makes the stock be read again
 // once it comes due.
 func (st *stock) apply(t domain.Task, data []byte) {
-	if i := slices.IndexFunc(st.items, func(it stocked) bool { return it.task.ID == t.ID }); i >= 0 {
+	if i := slices.IndexFunc(st.items, func(it *stocked) bool { return it.task.ID == t.ID }); i >= 0 {
 		st.items = slices.Delete(st.items, i, i+1)
 	}
 	if data == nil || t.Status != domain.Pending {
@@ -207,15 +207,15 @@ func (st *stock) apply(t domain.Task, data []byte) {
 	if !st.complete && (last < 0 || !claimsBefore(t, st.items[last].task)) {
 		return // beyond what was read: a later read finds it
 	}
-	i, _ := slices.BinarySearchFunc(st.items, t, func(it stocked, t domain.Task) int {
+	i, _ := slices.BinarySearchFunc(st.items, t, func(it *stocked, t domain.Task) int {
 		if claimsBefore(it.task, t) {
 			return -1
 		}
 		return 1
 	})
-	st.items = slices.Insert(st.items, i, stocked{data: data, task: t.Clone()})
+	st.items = slices.Insert(st.items, i, &stocked{data: data, task: t.Clone()})
 	if len(st.items) > stockCap {
-		st.items = st.items[:stockCap]
+		st.items = slices.Delete(st.items, stockCap, len(st.items))
 		st.complete = false
 	}
 }
@@ -254,7 +254,7 @@ func (s *Store) fill(ctx context.Context, ref domain.QueueRef, now int64) error 
 	dropped := st.dropped
 	st.mu.Unlock()
 
-	var items []stocked
+	var items []*stocked
 	var next *int64
 	b := &pgx.Batch{}
 	b.Queue(stockRows, ref.Host, ref.Queue, now, stockSize).Query(func(r pgx.Rows) error {
@@ -267,7 +267,7 @@ func (s *Store) fill(ctx context.Context, ref domain.QueueRef, now int64) error 
 			if err != nil {
 				return err
 			}
-			items = append(items, stocked{data: data, task: t})
+			items = append(items, &stocked{data: data, task: t})
 		}
 		return r.Err()
 	})
