@@ -51,8 +51,10 @@ const stockTries = 4
 
 // stock is a queue's first claimable records, in claim order.
 type stock struct {
-	mu    sync.Mutex
-	items []*stocked // pointers: a claim takes the first, and the rest move up
+	mu sync.Mutex
+	// items are the records as stored and decoded (guess.go's pair), by
+	// pointer: a claim takes the first, and the rest move up.
+	items []*guess
 	read  bool // items were read and are kept in step
 	// complete: items held every claimable task when read, so every
 	// claimable task is in items.
@@ -64,23 +66,11 @@ type stock struct {
 	// filling is closed when the read in flight ends (nil: none is);
 	// seen are the records stored meanwhile, applied to what it read.
 	filling chan struct{}
-	seen    []storedRecord
-	dropped uint64 // counts drops: a read begun before one is not kept
+	seen    []guess // data nil: the task was deleted
+	dropped uint64  // counts drops: a read begun before one is not kept
 	// taken are the ids whose claims from stock are in flight, through
 	// drops and reads: a read made meanwhile still finds them pending.
 	taken map[string]bool
-}
-
-// stocked is a claimable record as stored (data) and decoded.
-type stocked struct {
-	data []byte
-	task domain.Task
-}
-
-// storedRecord is a record a change stored (data nil: the task was deleted).
-type storedRecord struct {
-	task domain.Task
-	data []byte
 }
 
 // stockAnswer is what a stock has for a claim.
@@ -102,7 +92,7 @@ func claimsBefore(a, b domain.Task) bool {
 // take gives the first record no claim has taken that is claimable at now,
 // and marks it taken. With stockUnread it may return the read in flight to
 // wait for.
-func (st *stock) take(now int64) (*stocked, stockAnswer, <-chan struct{}) {
+func (st *stock) take(now int64) (*guess, stockAnswer, <-chan struct{}) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.filling != nil {
@@ -180,7 +170,7 @@ func (st *stock) stored(t domain.Task, data []byte) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.filling != nil {
-		st.seen = append(st.seen, storedRecord{t, data})
+		st.seen = append(st.seen, guess{data: data, task: t})
 	}
 	if st.read {
 		st.apply(t, data)
@@ -193,7 +183,7 @@ func (st *stock) stored(t domain.Task, data []byte) {
 // out if the stock is full. A delayed one makes the stock be read again
 // once it comes due.
 func (st *stock) apply(t domain.Task, data []byte) {
-	if i := slices.IndexFunc(st.items, func(it *stocked) bool { return it.task.ID == t.ID }); i >= 0 {
+	if i := slices.IndexFunc(st.items, func(it *guess) bool { return it.task.ID == t.ID }); i >= 0 {
 		st.items = slices.Delete(st.items, i, i+1)
 	}
 	if data == nil || t.Status != domain.Pending {
@@ -207,13 +197,13 @@ func (st *stock) apply(t domain.Task, data []byte) {
 	if !st.complete && (last < 0 || !claimsBefore(t, st.items[last].task)) {
 		return // beyond what was read: a later read finds it
 	}
-	i, _ := slices.BinarySearchFunc(st.items, t, func(it *stocked, t domain.Task) int {
+	i, _ := slices.BinarySearchFunc(st.items, t, func(it *guess, t domain.Task) int {
 		if claimsBefore(it.task, t) {
 			return -1
 		}
 		return 1
 	})
-	st.items = slices.Insert(st.items, i, &stocked{data: data, task: t.Clone()})
+	st.items = slices.Insert(st.items, i, &guess{data: data, task: t.Clone()})
 	if len(st.items) > stockCap {
 		st.items = slices.Delete(st.items, stockCap, len(st.items))
 		st.complete = false
@@ -254,7 +244,7 @@ func (s *Store) fill(ctx context.Context, ref domain.QueueRef, now int64) error 
 	dropped := st.dropped
 	st.mu.Unlock()
 
-	var items []*stocked
+	var items []*guess
 	var next *int64
 	b := &pgx.Batch{}
 	b.Queue(stockRows, ref.Host, ref.Queue, now, stockSize).Query(func(r pgx.Rows) error {
@@ -267,7 +257,7 @@ func (s *Store) fill(ctx context.Context, ref domain.QueueRef, now int64) error 
 			if err != nil {
 				return err
 			}
-			items = append(items, &stocked{data: data, task: t})
+			items = append(items, &guess{data: data, task: t})
 		}
 		return r.Err()
 	})
@@ -343,7 +333,7 @@ func (s *Store) claimStocked(ctx context.Context, ref domain.QueueRef, now int64
 			continue
 		}
 		q.lookedAt(st.more())
-		o := &op{kind: opUpdate, ctx: ctx, key: domain.KeyOf(c.task), fn: fn, guess: &guess{data: c.data, task: c.task}}
+		o := &op{kind: opUpdate, ctx: ctx, key: domain.KeyOf(c.task), fn: fn, guess: c}
 		s.run(o)
 		thenErr := s.settleOp(o, func() error { return then.Call(o.out) })
 		st.landed(c.task.ID)
