@@ -40,8 +40,10 @@ import (
 // exactly as alone; the second round trip writes the rows and their lines
 // and COMMITs. Two changes of one task never share a batch (the later
 // waits for the next one), so each fn sees the record the one before it
-// stored. Each change takes its ticket while the batch holds the rows, and
-// its caller runs its Then after the COMMIT in ticket order, as alone.
+// stored; the one exception, a claim riding its task's post, is decided
+// on the record the post stores (Claims riding their posts). Each change
+// takes its ticket while the batch holds the rows, and its caller runs
+// its Then after the COMMIT in ticket order, as alone.
 //
 // A batch the database refuses as a whole before COMMIT (a statement's
 // error: a unique key taken, a serialization failure, a deadlock) changed
@@ -79,6 +81,12 @@ type op struct {
 	// opUpdate: the record fn decides on instead of the locked row's, its
 	// UPDATE guarded by it (guess.go); nil: the row is locked first.
 	guess *guess
+	// queued, if set, is called once o waits for a batch (Create).
+	queued func()
+	// rides, of a claim from stock: the post whose record it took before
+	// the post was stored. rider, of that post: the claim, once take put
+	// both in one batch (Claims riding their posts).
+	rides, rider *op
 
 	// What the batch did, read by the caller once done is closed.
 	done     chan struct{}
@@ -95,6 +103,7 @@ type op struct {
 	// stored record was another): the caller makes it again, unguessed.
 	missed  bool
 	written []byte // the stored form of out, once stored
+	rode    bool   // a claim written as its post's row (rideBehind)
 }
 
 // group collects the changes waiting for a leader.
@@ -136,6 +145,9 @@ func (s *Store) run(o *op) {
 		go s.lead(g)
 	}
 	g.mu.Unlock()
+	if o.queued != nil {
+		o.queued()
+	}
 	<-o.done
 }
 
@@ -188,7 +200,14 @@ func (g *group) take(own []domain.QueueRef, behind bool) ([]*op, []domain.QueueR
 	var refs []domain.QueueRef
 	keys := make(map[domain.Key]bool)
 	for _, o := range g.waiting {
-		if len(batch) == maxBatch || (o.kind != opClaim && keys[o.key]) {
+		if p := o.rides; p != nil && p.rider == nil && slices.Contains(batch, p) {
+			// A claim of the record its post is to store goes with the
+			// post, whose row it becomes (rideBehind), even past maxBatch.
+			p.rider = o
+			batch = append(batch, o)
+			continue
+		}
+		if len(batch) == maxBatch || (o.kind != opClaim && keys[o.key]) || (o.rides != nil && slices.Contains(left, o.rides)) {
 			left = append(left, o)
 			continue
 		}
@@ -505,9 +524,20 @@ func (s *Store) batch(g *group, ops []*op, refs []domain.QueueRef, pre *ahead) (
 		var cur domain.Task
 		switch o.kind {
 		case opCreate:
-			s.addCreate(posts, o)
+			if r := o.rider; r != nil && r.err == nil && r.ctx.Err() == nil {
+				s.rideBehind(posts, o, r)
+			} else {
+				s.addCreate(posts, o)
+			}
 			continue
 		case opUpdate:
+			if o.rode {
+				continue // written with its post
+			}
+			if o.rides != nil && o.rides.rider == o {
+				o.missed = true // its post was stored without it: made again, on the row
+				continue
+			}
 			if o.guess != nil {
 				if claimedKeys[o.key] {
 					o.missed = true // a claim of this batch holds the row: not as guessed
@@ -653,8 +683,11 @@ func (s *Store) batch(g *group, ops []*op, refs []domain.QueueRef, pre *ahead) (
 		if o.kind == opCreate && o.stored && !posts.created[o.key] {
 			o.stored, o.alone = false, true // a taken id or key: alone, it says which
 		}
-		if o.guess != nil && o.stored && !changes.updated[o.key] {
+		if o.guess != nil && o.stored && !o.rode && !changes.updated[o.key] {
 			o.stored, o.missed, o.logged = false, true, nil // the stored record was another
+		}
+		if o.rode && o.stored && !posts.created[o.key] {
+			o.stored, o.missed, o.logged = false, true, nil // its post was not stored
 		}
 		if o.stored && o.logged != nil {
 			o.logged()
@@ -759,6 +792,61 @@ func (s *Store) addCreate(posts *postRows, o *op) {
 	posts.add(o)
 	o.out, o.stored = o.task, true
 }
+
+// Claims riding their posts. Alone on the database, a server puts a post's
+// record in its queue's stock while the post waits for a batch, and wakes
+// a claim (Create). A claim that takes that record before the post's
+// batch begins goes into the same batch (take), and there the post's row
+// is written as the claim made it: one INSERT of the task already
+// processing, with its posted line and then its claimed line, instead of a
+// pending row, its index entries and an UPDATE of it in the next batch. A
+// producer that posts while workers wait is the common case under load.
+// The post's Then and then the claim's run in their turn, as if the two
+// changes had been stored one after the other; should the post not be
+// stored (its id or key taken, the batch refused), neither is, and the
+// claim is made again as a claim that missed. A claim that takes the
+// record once the post's batch has begun is an ordinary guessed claim:
+// its guard holds once the post is committed.
+
+// rideBehind adds post p as the claim r made of its record; if r refuses
+// it, or p is to run alone, p as posted, and r is made again.
+func (s *Store) rideBehind(posts *postRows, p, r *op) {
+	cur := p.task
+	next := cur.Clone()
+	var claimed domain.Task
+	var data []byte
+	err := r.fn(&next)
+	if err == nil {
+		claimed, data, err = checkUpdate(cur, next)
+	}
+	var postEv, claimEv domain.Event
+	var postLogged, claimLogged func()
+	if err == nil && s.staged != nil {
+		var archive bool
+		if postEv, archive, postLogged, _ = s.staged(p.ctx); archive {
+			err = errArchives // a post that archives its item runs alone (addCreate)
+		}
+		claimEv, _, claimLogged, _ = s.staged(r.ctx)
+	}
+	if err != nil {
+		r.missed = true // refused on the post's record, or it runs alone: made again
+		s.addCreate(posts, p)
+		return
+	}
+	if postLogged != nil {
+		posts.lines.add(postEv, nil)
+		p.logged = postLogged
+	}
+	if claimLogged != nil {
+		posts.lines.add(claimEv, nil)
+		r.logged = claimLogged
+	}
+	posts.addAs(p, claimed, data)
+	p.out, p.stored = p.task, true
+	r.out, r.written, r.stored, r.rode = claimed, data, true, true
+}
+
+var errArchives = errors.New("the post archives its item")
 
 // hasBodies reports whether ev has bodies to archive (a claim has none).
 func hasBodies(ev domain.Event) bool {

@@ -42,6 +42,9 @@ type recent struct {
 type guess struct {
 	data []byte
 	task domain.Task
+	// post, in a stock only: the post on its way to store this record,
+	// not stored yet (stock.go, Claims riding their posts).
+	post *op
 }
 
 // take removes and returns k's record, if one is kept.

@@ -124,9 +124,13 @@ type postRows struct {
 	created map[domain.Key]bool // filled once the statement ran
 }
 
-func (c *postRows) add(o *op) {
-	c.tasks.add(o.task, o.data)
-	item, unsure := itemArg(o.task)
+func (c *postRows) add(o *op) { c.addAs(o, o.task, o.data) }
+
+// addAs adds o's post as the record t, stored as data: o's task, or
+// what the claim that rides it made of it (group.go, rideBehind).
+func (c *postRows) addAs(o *op, t domain.Task, data []byte) {
+	c.tasks.add(t, data)
+	item, unsure := itemArg(t)
 	c.items.addOrNull(item)
 	c.unsure.add(unsure)
 	c.ops = append(c.ops, o)

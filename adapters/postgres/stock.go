@@ -26,7 +26,9 @@ import (
 // its row first rides a batch of claims, which costs a round trip more, a
 // COMMIT of its own, and the locking SELECT and the count beside it
 // (group.go). When the stock holds every claimable task and none is free,
-// the claim finds nothing without asking the database either.
+// the claim finds nothing without asking the database either. A post
+// goes into the stock while it waits for its batch, so that a claim can
+// ride that batch (group.go, Claims riding their posts).
 //
 // A guess that misses (the row was changed behind the stock's back, or fn
 // refuses on it) is made again on a stock read anew, and the row it held
@@ -210,6 +212,26 @@ func (st *stock) apply(t domain.Task, data []byte) {
 	}
 }
 
+// posting puts the record of o, a post on its way (not stored yet), in
+// the stock, where a claim may take it and ride o's batch (Claims riding
+// their posts). It reports whether it did: not while the stock is unread
+// or being read, nor for a task not claimable at once.
+func (st *stock) posting(o *op) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	t := o.task
+	if !st.read || st.filling != nil || t.Status != domain.Pending || t.NotBefore != nil {
+		return false
+	}
+	st.apply(t, o.data)
+	i := slices.IndexFunc(st.items, func(it *guess) bool { return it.task.ID == t.ID })
+	if i < 0 {
+		return false // beyond what was read
+	}
+	st.items[i].post = o
+	return true
+}
+
 // drop forgets what was read: the next claim reads the stock anew.
 func (st *stock) drop() {
 	st.mu.Lock()
@@ -333,7 +355,7 @@ func (s *Store) claimStocked(ctx context.Context, ref domain.QueueRef, now int64
 			continue
 		}
 		q.lookedAt(st.more())
-		o := &op{kind: opUpdate, ctx: ctx, key: domain.KeyOf(c.task), fn: fn, guess: c}
+		o := &op{kind: opUpdate, ctx: ctx, key: domain.KeyOf(c.task), fn: fn, guess: c, rides: c.post}
 		s.run(o)
 		thenErr := s.settleOp(o, func() error { return then.Call(o.out) })
 		st.landed(c.task.ID)

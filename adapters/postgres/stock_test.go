@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/taskhoster/taskhoster/adapters/postgres"
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/internal/pgtest"
@@ -193,5 +195,173 @@ func TestClaimFromStockOnAnArchivingQueue(t *testing.T) {
 	}
 	if n := woken.Load(); n != 0 {
 		t.Errorf("%d rows let go: the claim missed its guess", n)
+	}
+}
+
+// rideAPost has a claim ride the post of task through a, alone on the
+// database at url: a's line of posts and guessed updates is kept busy (a
+// result of a task a claimed, its guessed UPDATE waiting for a row lock an
+// admin transaction holds), the post waits for the next batch and wakes a
+// claim, the claim takes its record and waits too; then the line goes on.
+// It returns the post's answer and the claim's, and whether the claim's
+// line was said to be written.
+func rideAPost(t *testing.T, a *postgres.Store, url string, task domain.Task, posted domain.Event) (postErr error, got domain.Task, claimErr error, claimLogged bool) {
+	t.Helper()
+	ctx := context.Background()
+	a.WriteLines(staged)
+	a.OnAlone(func() bool { return true })
+	woken := make(chan struct{}, 8)
+	a.OnRelease(func(domain.QueueRef, int) { woken <- struct{}{} })
+	busy := claimedOn(t, a, 1) // the stock is read: nothing else is claimable
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	tx, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM tasks WHERE id = $1 FOR UPDATE`, busy.ID); err != nil {
+		t.Fatal(err)
+	}
+	resultDone := make(chan error, 1)
+	go func() {
+		var seen []domain.Task
+		var ev domain.Event
+		sctx, _ := stage(&ev)
+		_, err := a.Update(sctx, domain.KeyOf(busy), finish("box-1", &seen, &ev), nil)
+		resultDone <- err
+	}()
+	waitFor(t, "the result's guessed UPDATE to wait for the row lock", func() bool {
+		var n int
+		if err := pgxQueryRow(url, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%guard%'`, &n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	})
+
+	postCtx, _ := stage(&posted)
+	postDone := make(chan error, 1)
+	go func() { postDone <- a.Create(postCtx, task, nil) }()
+	select {
+	case <-woken:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a post waiting for its batch woke no claim")
+	}
+	var claimEv domain.Event
+	claimCtx, claimSt := stage(&claimEv)
+	claimDone := make(chan error, 1)
+	go func() {
+		var err error
+		got, err = a.ClaimNext(claimCtx, domain.KeyOf(task).Ref(), nil, epoch, func(t *domain.Task) error {
+			next, e, err := t.Claim("box-2", time.Minute, epoch)
+			*t, claimEv = next, e
+			return err
+		}, nil)
+		claimDone <- err
+	}()
+	waitFor(t, "the post and the claim to wait for the next batch", func() bool { return a.DirectWaiting() == 2 })
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-resultDone; err != nil {
+		t.Fatalf("the result that kept the line busy: %v", err)
+	}
+	postErr, claimErr = <-postDone, <-claimDone
+	return postErr, got, claimErr, claimSt.logged
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10 s for %s", what)
+		}
+	}
+}
+
+func pgxQueryRow(url, query string, dest ...any) error {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	return conn.QueryRow(ctx, query).Scan(dest...)
+}
+
+// A claim that takes the record of a post still waiting for its batch
+// rides that batch: the task's row is inserted already claimed, in the
+// post's transaction, its posted line and then its claimed line beside
+// it; no pending row is written and then updated. The post wakes a claim
+// as soon as it waits.
+func TestAClaimRidesItsPost(t *testing.T) {
+	url := pgtest.Database(t)
+	a := mustOpen(t, url)
+	task, posted := postEv(2)
+	postErr, got, claimErr, logged := rideAPost(t, a, url, task, posted)
+	if postErr != nil {
+		t.Fatalf("post: %v", postErr)
+	}
+	if claimErr != nil || got.ID != task.ID || got.Lease == nil || got.Lease.Worker != "box-2" {
+		t.Fatalf("claim: %+v, %v; want %s for box-2", got, claimErr, task.ID)
+	}
+	if !logged {
+		t.Error("the claim says its line was not written")
+	}
+	// On disc: one row version, processing, written by the transaction
+	// that wrote both lines, posted first.
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	var rowXmin, status string
+	if err := admin.QueryRow(ctx, `SELECT xmin::text, status FROM tasks WHERE id = $1`, task.ID).Scan(&rowXmin, &status); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := admin.Query(ctx, `SELECT xmin::text, convert_from(line, 'UTF8')::jsonb->>'event' FROM event_lines WHERE id = $1 ORDER BY seq`, task.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for rows.Next() {
+		var xmin, kind string
+		if err := rows.Scan(&xmin, &kind); err != nil {
+			t.Fatal(err)
+		}
+		if xmin != rowXmin {
+			t.Errorf("the %s line was written by transaction %s, the row by %s: not one transaction", kind, xmin, rowXmin)
+		}
+		kinds = append(kinds, kind)
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	if status != string(domain.Processing) || len(kinds) != 2 || kinds[0] != string(domain.EventPosted) || kinds[1] != string(domain.EventClaimed) {
+		t.Fatalf("row %s with lines %v; want processing with posted, claimed", status, kinds)
+	}
+}
+
+// A claim that rides a post that is not stored (its id is taken) takes
+// nothing: the task already stored under that id is left as it was, and
+// the claim, made again on a stock read anew, finds none.
+func TestAClaimRidingAPostNotStoredTakesNothing(t *testing.T) {
+	url := pgtest.Database(t)
+	a := mustOpen(t, url)
+	twin, posted := postEv(1) // the id of the task whose result keeps the line busy
+	postErr, _, claimErr, _ := rideAPost(t, a, url, twin, posted)
+	if !errors.Is(postErr, domain.ErrExists) {
+		t.Fatalf("post of a taken id: %v; want ErrExists", postErr)
+	}
+	if !errors.Is(claimErr, domain.ErrNotFound) {
+		t.Fatalf("the claim that rode it: %v; want none", claimErr)
+	}
+	stored, err := a.Get(context.Background(), domain.KeyOf(twin))
+	if err != nil || stored.Status != domain.Finished || string(stored.Result) != `"box-1"` {
+		t.Fatalf("the task under that id is %+v, %v; want box-1's result", stored, err)
 	}
 }

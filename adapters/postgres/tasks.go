@@ -62,7 +62,22 @@ func (s *Store) Create(ctx context.Context, t domain.Task, then ports.Then) erro
 		return err
 	}
 	o := &op{kind: opCreate, ctx: ctx, key: domain.KeyOf(stored), task: stored, data: data}
+	// Alone, the post's record goes into its queue's stock as soon as it
+	// waits for a batch, and wakes a claim, which may then ride the same
+	// batch (stock.go, Claims riding their posts). Should the post not be
+	// stored by its batch, the stock is read anew.
+	var posted bool
+	if s.alone != nil && s.alone() {
+		o.queued = func() {
+			if posted = s.queue(o.key.Ref()).stock.posting(o); posted {
+				s.release(map[domain.QueueRef]int{o.key.Ref(): 1})
+			}
+		}
+	}
 	s.run(o)
+	if posted && !o.stored {
+		s.queue(o.key.Ref()).stock.drop()
+	}
 	thenErr := s.settleOp(o, func() error { return then.Call(stored) })
 	switch {
 	case o.alone:
