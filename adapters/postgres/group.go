@@ -535,7 +535,9 @@ func (s *Store) batch(g *group, ops []*op, refs []domain.QueueRef, pre *ahead) (
 				continue // written with its post
 			}
 			if o.rides != nil && o.rides.rider == o {
-				o.missed = true // its post was stored without it: made again, on the row
+				// Paired with its post but not written with it (rideBehind
+				// refused, or one of the two gave up): made again.
+				o.missed = true
 				continue
 			}
 			if o.guess != nil {
@@ -775,22 +777,29 @@ func (s *Store) release(n map[domain.QueueRef]int) {
 // it before serving.
 func (s *Store) OnRelease(wake func(ref domain.QueueRef, n int)) { s.onRelease = wake }
 
-// addCreate adds o's post, and its line when one is staged, to posts. A
-// post whose event archives bodies is run alone (its bodies are
-// statements of their own).
+// addCreate adds o's post, and its line when one is staged, to posts.
 func (s *Store) addCreate(posts *postRows, o *op) {
+	if s.stagePost(posts, o) {
+		posts.add(o)
+		o.out, o.stored = o.task, true
+	}
+}
+
+// stagePost adds the posted line of o, when one is staged, to posts. It
+// reports false for a post whose event archives bodies: that one is run
+// alone (its bodies are statements of their own).
+func (s *Store) stagePost(posts *postRows, o *op) bool {
 	if s.staged != nil {
 		if ev, archive, logged, ok := s.staged(o.ctx); ok {
 			if archive {
 				o.alone = true
-				return
+				return false
 			}
 			posts.lines.add(ev, nil)
 			o.logged = logged
 		}
 	}
-	posts.add(o)
-	o.out, o.stored = o.task, true
+	return true
 }
 
 // Claims riding their posts. Alone on the database, a server puts a post's
@@ -809,44 +818,34 @@ func (s *Store) addCreate(posts *postRows, o *op) {
 // its guard holds once the post is committed.
 
 // rideBehind adds post p as the claim r made of its record; if r refuses
-// it, or p is to run alone, p as posted, and r is made again.
+// it, p as posted, and r is made again (so too if p runs alone).
 func (s *Store) rideBehind(posts *postRows, p, r *op) {
-	cur := p.task
-	next := cur.Clone()
+	next := p.task.Clone()
+	err := r.fn(&next)
 	var claimed domain.Task
 	var data []byte
-	err := r.fn(&next)
 	if err == nil {
-		claimed, data, err = checkUpdate(cur, next)
-	}
-	var postEv, claimEv domain.Event
-	var postLogged, claimLogged func()
-	if err == nil && s.staged != nil {
-		var archive bool
-		if postEv, archive, postLogged, _ = s.staged(p.ctx); archive {
-			err = errArchives // a post that archives its item runs alone (addCreate)
-		}
-		claimEv, _, claimLogged, _ = s.staged(r.ctx)
+		claimed, data, err = checkUpdate(p.task, next)
 	}
 	if err != nil {
-		r.missed = true // refused on the post's record, or it runs alone: made again
+		r.missed = true
 		s.addCreate(posts, p)
 		return
 	}
-	if postLogged != nil {
-		posts.lines.add(postEv, nil)
-		p.logged = postLogged
+	if !s.stagePost(posts, p) {
+		r.missed = true
+		return
 	}
-	if claimLogged != nil {
-		posts.lines.add(claimEv, nil)
-		r.logged = claimLogged
+	if s.staged != nil {
+		if ev, _, logged, ok := s.staged(r.ctx); ok {
+			posts.lines.add(ev, nil) // after the posted line: the task's lines in store order
+			r.logged = logged
+		}
 	}
 	posts.addAs(p, claimed, data)
 	p.out, p.stored = p.task, true
 	r.out, r.written, r.stored, r.rode = claimed, data, true, true
 }
-
-var errArchives = errors.New("the post archives its item")
 
 // hasBodies reports whether ev has bodies to archive (a claim has none).
 func hasBodies(ev domain.Event) bool {
