@@ -134,7 +134,12 @@ func Open(ctx context.Context, url string) (*Store, error) {
 			cfg.ConnConfig.RuntimeParams[name] = value
 		}
 	}
-	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error { return registerArrays(conn) }
+	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, raiseTrimThreshold); err != nil {
+			return err
+		}
+		return registerArrays(conn)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fail("connect to the database", err)
@@ -171,6 +176,18 @@ var sessionSettings = map[string]string{
 	"enable_mergejoin": "off",
 	"jit":              "off",
 }
+
+// raiseTrimThreshold runs once on each new connection. glibc's malloc
+// hands the top of a process's heap back to the kernel whenever more than
+// its trim threshold (128 KiB at first) lies free there, and a backend of
+// PostgreSQL frees a batch's memory at the end of each statement: in some
+// runs the backend serving the batches shrank and regrew its heap at
+// every batch (brk, the TLB flush after it and the page faults that
+// refill it were a quarter of its CPU). glibc raises the threshold to twice
+// the largest chunk it has handed back with munmap, so one 1 MiB value
+// allocated and freed at the start keeps each backend's heap for good. A
+// backend on another malloc just builds and drops the value.
+const raiseTrimThreshold = `SELECT length(repeat('x', 1048576))`
 
 // defaultMaxConns is the pool's size unless the URL sets pool_max_conns.
 const defaultMaxConns = 16
