@@ -61,6 +61,7 @@ func (s *Sockets) Work(w http.ResponseWriter, r *http.Request, q *domain.Queue, 
 		logger: s.logger.With(zap.String("host", q.Host), zap.String("queue", q.Name), zap.String("worker", name)),
 		slots:  make(chan struct{}, maxReports),
 		held:   make(map[string]holding),
+		lanes:  lanes{goroutines: s.goroutines},
 	}
 	wk.read()
 	wk.release()
@@ -206,7 +207,7 @@ func (w *worker) claim(m message) {
 	w.waiting++
 	w.mu.Unlock()
 	w.claims.Add(1)
-	go w.await(m.Ref, m.Query, place)
+	w.s.goroutines.Go(func() { w.await(m.Ref, m.Query, place) })
 }
 
 // await claims a task for one claim message, waiting as long as it takes.
@@ -251,7 +252,7 @@ func (w *worker) hold(id string, attempts int, watch *app.Watch) {
 	ctx, unwatch := context.WithCancel(w.ctx)
 	w.held[id] = holding{attempts: attempts, unwatch: unwatch}
 	w.watchers.Add(1)
-	go w.watchCancel(ctx, id, attempts, watch)
+	w.s.goroutines.Go(func() { w.watchCancel(ctx, id, attempts, watch) })
 }
 
 // drop stops holding task id if this socket still holds it under claim
@@ -447,6 +448,8 @@ func (w *worker) release() {
 // lanes runs functions keyed by task id: one after another for one id, side
 // by side for different ids.
 type lanes struct {
+	goroutines *goroutines // runs each lane
+
 	mu     sync.Mutex
 	queued map[string][]func() // a key is present while its lane runs
 	wg     sync.WaitGroup
@@ -464,13 +467,13 @@ func (l *lanes) run(key string, fn func()) {
 	}
 	l.queued[key] = nil
 	l.wg.Add(1)
-	go func() {
+	l.goroutines.Go(func() {
 		defer l.wg.Done()
 		for fn != nil {
 			fn()
 			fn = l.next(key)
 		}
-	}()
+	})
 }
 
 // next takes the next function of key's lane, or ends the lane.

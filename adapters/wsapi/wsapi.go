@@ -92,6 +92,9 @@ type Sockets struct {
 	opts     Options
 	logger   *zap.Logger
 	upgrader websocket.Upgrader
+	// goroutines runs the worker sockets' claims, reports and cancel
+	// watches.
+	goroutines *goroutines
 
 	mu     sync.Mutex
 	closed bool
@@ -111,6 +114,8 @@ func New(svc *app.Service, opts Options) *Sockets {
 		stop:    make(chan struct{}),
 		open:    make(map[string]int),
 		workers: make(map[domain.QueueRef]int),
+
+		goroutines: newGoroutines(idleLinger),
 	}
 	s.upgrader = websocket.Upgrader{
 		// Sockets authenticate with a bearer token (header or
