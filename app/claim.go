@@ -129,9 +129,10 @@ func (s *Service) watched(ctx context.Context, t domain.Task, sub ports.Subscrip
 		if err != nil {
 			return t, nil, nil
 		}
+		w.claim = t.Attempts
 		return t, w, nil
 	}
-	return t, &Watch{Task: t, sub: sub}, nil
+	return t, &Watch{Task: t, sub: sub, claim: t.Attempts}, nil
 }
 
 // othersMayChange reports whether other servers may change this server's

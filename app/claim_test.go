@@ -214,3 +214,42 @@ func TestClaimWatchedBesideOtherServersReadsOnlyWhatItMayHaveMissed(t *testing.T
 		})
 	}
 }
+
+// Beside other servers, a claim's watch skips news older than the claim:
+// a task posted on one server and claimed at once on another is claimed
+// before the post's notification reaches the claiming server, so the
+// post's news comes after the claim. The worker socket took it for the end
+// of its claim and stopped watching, and the cancel that followed never
+// reached the worker (TestTwoServersOnOnePostgres, now and then).
+func TestClaimWatchedSkipsNewsOlderThanTheClaim(t *testing.T) {
+	for _, heard := range []bool{false, true} {
+		t.Run(map[bool]string{false: "watched from the claim", true: "watched from a read"}[heard], func(t *testing.T) {
+			f := newFixture(t, domain.DefaultSettings())
+			n := &othersNotifier{Hub: notify.NewHub(), heard: heard}
+			svc := app.New(app.Deps{
+				Repo: f.repo, Syncer: f.sync, Log: f.log, Notifier: n,
+				Clock: f.clock, Compiler: schema.Compiler{},
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			posted, err := svc.Post(ctx, f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, watch, err := svc.ClaimWatched(ctx, f.q, "w", nil, time.Minute, nil, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer watch.Close()
+			// The post's news, late, as another server's notification brings it.
+			n.Publish(domain.Event{Kind: domain.EventPosted, At: time.UnixMilli(posted.UpdatedAt), Task: posted})
+			if _, err := svc.Cancel(ctx, f.q, posted.ID, app.Canceller{Manage: true}); err != nil {
+				t.Fatal(err)
+			}
+			ev, err := watch.Next(ctx)
+			if err != nil || ev.Kind != domain.EventCancelled || ev.Task.Status != domain.Failed {
+				t.Fatalf("next change = %s (%s), %v; want the cancel, not the post's late news", ev.Kind, ev.Task.Status, err)
+			}
+		})
+	}
+}

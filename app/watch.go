@@ -15,12 +15,16 @@ import (
 var ErrWatchLost = errors.New("watcher fell behind")
 
 // A Watch is one task's record and every change of it after that record,
-// none missed and none twice.
+// none missed and none twice (a claim's watch skips a retry: see Next).
 type Watch struct {
 	// Task is the record when the watch began.
 	Task    domain.Task
 	sub     ports.Subscription
 	backlog []domain.Event // changes already taken from sub, not yet read
+	// claim, for a claim's watch (ClaimWatched), is the claim's attempt:
+	// news of a record with fewer attempts is older than the claim, and
+	// Next skips it. 0 for any other watch.
+	claim int
 }
 
 // Watch reads task id of q and subscribes to its changes, buffering up to
@@ -71,7 +75,29 @@ func (s *Service) follow(ctx context.Context, k domain.Key, sub ports.Subscripti
 
 // Next returns the next change of the task, waiting for it until ctx ends
 // (ctx's error). ErrWatchLost says changes were dropped.
+//
+// A claim's watch skips news older than its claim, which another server
+// can bring after it: a task posted on one server and claimed on another
+// at once is claimed from the database before the post's notification has
+// reached the claiming server, which subscribes in the claim's Then, so
+// the post's news comes after the claimed record, as if the task were
+// pending again (a worker socket took that for the end of its claim and
+// stopped watching: the task's cancel never reached the worker). Every
+// record before a claim has fewer attempts than the claim, as each claim
+// adds one, and every change after it keeps the claim's attempt or adds to
+// it. Only a retry, which starts again at 0, has fewer, and it follows a
+// failure, where the claim's worker stops watching: a claim's watch skips it.
 func (w *Watch) Next(ctx context.Context) (domain.Event, error) {
+	for {
+		ev, err := w.next(ctx)
+		if err != nil || ev.Task.Attempts >= w.claim {
+			return ev, err
+		}
+	}
+}
+
+// next is Next without skipping what is older than a claim.
+func (w *Watch) next(ctx context.Context) (domain.Event, error) {
 	if len(w.backlog) > 0 {
 		ev := w.backlog[0]
 		w.backlog = w.backlog[1:]
