@@ -253,3 +253,39 @@ func TestClaimWatchedSkipsNewsOlderThanTheClaim(t *testing.T) {
 		})
 	}
 }
+
+// WatchClaim, the watch a worker socket starts again after its claim's
+// watch was lost, skips news older than the claim as the claim's own does.
+func TestWatchClaimSkipsNewsOlderThanTheClaim(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	n := &othersNotifier{Hub: notify.NewHub()}
+	svc := app.New(app.Deps{
+		Repo: f.repo, Syncer: f.sync, Log: f.log, Notifier: n,
+		Clock: f.clock, Compiler: schema.Compiler{},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	posted, err := svc.Post(ctx, f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := svc.Claim(ctx, f.q, "w", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch, err := svc.WatchClaim(ctx, f.q, claimed.ID, claimed.Attempts, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close()
+	if watch.Task.Status != domain.Processing || watch.Task.Attempts != claimed.Attempts {
+		t.Fatalf("the watch begins at %s, attempt %d", watch.Task.Status, watch.Task.Attempts)
+	}
+	n.Publish(domain.Event{Kind: domain.EventPosted, At: time.UnixMilli(posted.UpdatedAt), Task: posted})
+	if _, err := svc.Cancel(ctx, f.q, posted.ID, app.Canceller{Manage: true}); err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := watch.Next(ctx); err != nil || ev.Kind != domain.EventCancelled {
+		t.Fatalf("next change = %s (%s), %v; want the cancel, not the post's late news", ev.Kind, ev.Task.Status, err)
+	}
+}

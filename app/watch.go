@@ -43,6 +43,18 @@ func (s *Service) Watch(ctx context.Context, q *domain.Queue, id string, buffer 
 	return s.follow(ctx, key(q, id), s.notifier.Subscribe(key(q, id), buffer))
 }
 
+// WatchClaim is Watch for the holder of claim attempts of task id, which
+// watches it again after a watch of its claim was lost: like the claim's
+// own watch (ClaimWatched), it skips news older than the claim (see Next).
+func (s *Service) WatchClaim(ctx context.Context, q *domain.Queue, id string, attempts, buffer int) (*Watch, error) {
+	w, err := s.Watch(ctx, q, id, buffer)
+	if err != nil {
+		return nil, err
+	}
+	w.claim = attempts
+	return w, nil
+}
+
 // follow reads task k, whose changes sub delivers, and drops the changes
 // sub delivered that the record read already holds (see Watch).
 func (s *Service) follow(ctx context.Context, k domain.Key, sub ports.Subscription) (*Watch, error) {

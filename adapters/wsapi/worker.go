@@ -286,7 +286,7 @@ func (w *worker) watchCancel(ctx context.Context, id string, attempts int, watch
 				return
 			}
 			var err error
-			if watch, err = w.s.svc.Watch(ctx, w.q, id, cancelWatchBuffer); err != nil {
+			if watch, err = w.s.svc.WatchClaim(ctx, w.q, id, attempts, cancelWatchBuffer); err != nil {
 				return // deleted, or the store is failing: nothing to tell
 			}
 		}
