@@ -121,18 +121,17 @@ func (s *Service) claim(ctx context.Context, q *domain.Queue, worker string, que
 // none asked for), once the claim returned err. A read that fails leaves
 // the claim as it is and no Watch: the caller watches on its own.
 func (s *Service) watched(ctx context.Context, t domain.Task, sub ports.Subscription, err error) (domain.Task, *Watch, error) {
-	switch {
-	case err != nil || sub == nil:
+	if err != nil || sub == nil {
 		return t, nil, err
-	case s.othersMayChange() && s.mayHaveMissed(t):
-		w, err := s.follow(ctx, domain.KeyOf(t), sub)
-		if err != nil {
+	}
+	w := &Watch{Task: t, sub: sub}
+	if s.othersMayChange() && s.mayHaveMissed(t) {
+		if w, err = s.follow(ctx, domain.KeyOf(t), sub); err != nil {
 			return t, nil, nil
 		}
-		w.claim = t.Attempts
-		return t, w, nil
 	}
-	return t, &Watch{Task: t, sub: sub, claim: t.Attempts}, nil
+	w.claim = t.Attempts
+	return t, w, nil
 }
 
 // othersMayChange reports whether other servers may change this server's

@@ -171,6 +171,17 @@ func (o *othersNotifier) Heard(domain.Key, int) bool {
 	return o.heard
 }
 
+// besideOthers is a service over f's queue and repo whose notifier stands
+// beside other servers (othersNotifier, saying heard).
+func besideOthers(f *fixture, repo ports.TaskRepository, heard bool) (*app.Service, *othersNotifier) {
+	n := &othersNotifier{Hub: notify.NewHub(), heard: heard}
+	svc := app.New(app.Deps{
+		Repo: repo, Syncer: f.sync, Log: f.log, Notifier: n,
+		Clock: f.clock, Compiler: schema.Compiler{},
+	})
+	return svc, n
+}
+
 // Beside other servers, ClaimWatched reads the task only when the notifier
 // may have let another server's change of it go by before the claim's Then
 // subscribed (pgnotify.Notifier.Heard): a read per claim otherwise.
@@ -179,11 +190,7 @@ func TestClaimWatchedBesideOtherServersReadsOnlyWhatItMayHaveMissed(t *testing.T
 		t.Run(map[bool]string{false: "nothing heard", true: "heard"}[heard], func(t *testing.T) {
 			f := newFixture(t, domain.DefaultSettings())
 			repo := &countingRepo{Store: f.repo}
-			n := &othersNotifier{Hub: notify.NewHub(), heard: heard}
-			svc := app.New(app.Deps{
-				Repo: repo, Syncer: f.sync, Log: f.log, Notifier: n,
-				Clock: f.clock, Compiler: schema.Compiler{},
-			})
+			svc, n := besideOthers(f, repo, heard)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			posted, err := svc.Post(ctx, f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
@@ -225,11 +232,7 @@ func TestClaimWatchedSkipsNewsOlderThanTheClaim(t *testing.T) {
 	for _, heard := range []bool{false, true} {
 		t.Run(map[bool]string{false: "watched from the claim", true: "watched from a read"}[heard], func(t *testing.T) {
 			f := newFixture(t, domain.DefaultSettings())
-			n := &othersNotifier{Hub: notify.NewHub(), heard: heard}
-			svc := app.New(app.Deps{
-				Repo: f.repo, Syncer: f.sync, Log: f.log, Notifier: n,
-				Clock: f.clock, Compiler: schema.Compiler{},
-			})
+			svc, n := besideOthers(f, f.repo, heard)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			posted, err := svc.Post(ctx, f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
@@ -241,15 +244,7 @@ func TestClaimWatchedSkipsNewsOlderThanTheClaim(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer watch.Close()
-			// The post's news, late, as another server's notification brings it.
-			n.Publish(domain.Event{Kind: domain.EventPosted, At: time.UnixMilli(posted.UpdatedAt), Task: posted})
-			if _, err := svc.Cancel(ctx, f.q, posted.ID, app.Canceller{Manage: true}); err != nil {
-				t.Fatal(err)
-			}
-			ev, err := watch.Next(ctx)
-			if err != nil || ev.Kind != domain.EventCancelled || ev.Task.Status != domain.Failed {
-				t.Fatalf("next change = %s (%s), %v; want the cancel, not the post's late news", ev.Kind, ev.Task.Status, err)
-			}
+			wantCancelAfterLateNews(ctx, t, svc, n, f.q, posted, watch)
 		})
 	}
 }
@@ -258,11 +253,7 @@ func TestClaimWatchedSkipsNewsOlderThanTheClaim(t *testing.T) {
 // watch was lost, skips news older than the claim as the claim's own does.
 func TestWatchClaimSkipsNewsOlderThanTheClaim(t *testing.T) {
 	f := newFixture(t, domain.DefaultSettings())
-	n := &othersNotifier{Hub: notify.NewHub()}
-	svc := app.New(app.Deps{
-		Repo: f.repo, Syncer: f.sync, Log: f.log, Notifier: n,
-		Clock: f.clock, Compiler: schema.Compiler{},
-	})
+	svc, n := besideOthers(f, f.repo, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	posted, err := svc.Post(ctx, f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
@@ -281,11 +272,20 @@ func TestWatchClaimSkipsNewsOlderThanTheClaim(t *testing.T) {
 	if watch.Task.Status != domain.Processing || watch.Task.Attempts != claimed.Attempts {
 		t.Fatalf("the watch begins at %s, attempt %d", watch.Task.Status, watch.Task.Attempts)
 	}
+	wantCancelAfterLateNews(ctx, t, svc, n, f.q, posted, watch)
+}
+
+// wantCancelAfterLateNews has n deliver posted's news late, as another
+// server's notification brings it after the claim, then cancels the task:
+// the next change watch gives must be the cancel.
+func wantCancelAfterLateNews(ctx context.Context, t *testing.T, svc *app.Service, n *othersNotifier, q *domain.Queue, posted domain.Task, watch *app.Watch) {
+	t.Helper()
 	n.Publish(domain.Event{Kind: domain.EventPosted, At: time.UnixMilli(posted.UpdatedAt), Task: posted})
-	if _, err := svc.Cancel(ctx, f.q, posted.ID, app.Canceller{Manage: true}); err != nil {
+	if _, err := svc.Cancel(ctx, q, posted.ID, app.Canceller{Manage: true}); err != nil {
 		t.Fatal(err)
 	}
-	if ev, err := watch.Next(ctx); err != nil || ev.Kind != domain.EventCancelled {
+	ev, err := watch.Next(ctx)
+	if err != nil || ev.Kind != domain.EventCancelled || ev.Task.Status != domain.Failed {
 		t.Fatalf("next change = %s (%s), %v; want the cancel, not the post's late news", ev.Kind, ev.Task.Status, err)
 	}
 }

@@ -9,14 +9,22 @@ import (
 	"time"
 )
 
-// goid is the calling goroutine's number, from its stack's first line
-// ("goroutine 42 [running]:").
+// goid is the calling goroutine's number, from its stack's first line.
 func goid() uint64 {
 	buf := make([]byte, 64)
-	buf = buf[:runtime.Stack(buf, false)]
-	buf = bytes.TrimPrefix(buf, []byte("goroutine "))
-	n, _ := strconv.ParseUint(string(buf[:bytes.IndexByte(buf, ' ')]), 10, 64)
+	n, _ := goroutineOf(buf[:runtime.Stack(buf, false)])
 	return n
+}
+
+// goroutineOf is the number in a stack's header line ("goroutine 42
+// [running]:"); ok is false for any other line.
+func goroutineOf(line []byte) (n uint64, ok bool) {
+	rest, ok := bytes.CutPrefix(line, []byte("goroutine "))
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(rest[:max(bytes.IndexByte(rest, ' '), 0)]), 10, 64)
+	return n, err == nil
 }
 
 // Functions handed over one after another, each once the one before has
@@ -55,7 +63,15 @@ func TestGoroutinesRunSideBySide(t *testing.T) {
 			<-release // each one waits until all of them run
 		})
 	}
-	started.Wait()
+	all := make(chan struct{})
+	go func() { started.Wait(); close(all) }()
+	select {
+	case <-all:
+	case <-time.After(10 * time.Second):
+		// Release them, so that the test ends with its failure.
+		close(release)
+		t.Fatalf("%d functions handed over at once did not all run at once", n)
+	}
 	close(release)
 	ended.Wait()
 }
@@ -87,12 +103,7 @@ func TestGoroutinesEndAfterTheirLinger(t *testing.T) {
 		buf := make([]byte, 1<<20)
 		stacks := buf[:runtime.Stack(buf, true)]
 		for _, line := range bytes.Split(stacks, []byte("\n")) {
-			rest, ok := bytes.CutPrefix(line, []byte("goroutine "))
-			if !ok {
-				continue
-			}
-			n, _ := strconv.ParseUint(string(rest[:max(bytes.IndexByte(rest, ' '), 0)]), 10, 64)
-			if want[n] {
+			if n, ok := goroutineOf(line); ok && want[n] {
 				left++
 			}
 		}
