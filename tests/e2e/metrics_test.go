@@ -95,3 +95,26 @@ func TestMetricsShowWhatQueuesDo(t *testing.T) {
 		t.Errorf("a request counted without a status")
 	}
 }
+
+// TestAdminServesProfiles takes a CPU profile and an execution trace from
+// the admin listener, as an operator chasing a slow server would: both
+// come back in the Go tools' formats (a gzipped profile, a trace headed
+// "go 1.N trace").
+func TestAdminServesProfiles(t *testing.T) {
+	t.Parallel()
+	s := start(t, newDirs(t))
+	for path, prefix := range map[string]string{
+		"/debug/pprof/trace?seconds=0.2": "go 1.",
+		"/debug/pprof/profile?seconds=1": "\x1f\x8b", // gzip
+	} {
+		resp, err := http.Get(s.admin + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := readAll(t, resp)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.HasPrefix(body, prefix) {
+			t.Errorf("GET %s: %d, %q…", path, resp.StatusCode, body[:min(len(body), 20)])
+		}
+	}
+}
