@@ -13,8 +13,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-
-	"golang.org/x/sys/unix"
 )
 
 // op is what a record does to its path. The values are on disc.
@@ -80,10 +78,11 @@ type journal struct {
 	spare   []byte // the buffer the last commit wrote, reused
 
 	files [2]*os.File
-	sizes [2]int64 // their sizes: zeros beyond what was written
-	cur   int      // the file being written
-	lap   uint64   // its lap
-	off   int64    // where its next record goes
+	aio   *asyncSyncer // their fdatasync
+	sizes [2]int64     // their sizes: zeros beyond what was written
+	cur   int          // the file being written
+	lap   uint64       // its lap
+	off   int64        // where its next record goes
 	// ckpt delivers the result of the checkpoint that began when cur was
 	// started; the other file may be reused only after it succeeded.
 	ckpt chan error
@@ -103,7 +102,7 @@ func openJournal(dir string, limit int64, checkpoint func() error, roots []strin
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("open journal: %w", err)
 	}
-	j := &journal{dir: dir, roots: roots, boot: bootID(), limit: limit, checkpoint: checkpoint}
+	j := &journal{dir: dir, roots: roots, boot: bootID(), limit: limit, checkpoint: checkpoint, aio: newAsyncSyncer()}
 	// NUL cannot be in a path.
 	j.lapData = []byte(strings.Join(append([]string{j.boot}, roots...), "\x00"))
 	for i, name := range fileNames {
@@ -253,7 +252,7 @@ func (j *journal) write(i int, b []byte, off int64) error {
 				return fmt.Errorf("grow journal: %w", err)
 			}
 		}
-		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		if err := j.aio.fdatasync(int(f.Fd())); err != nil {
 			return fmt.Errorf("grow journal: %w", err)
 		}
 		j.sizes[i] = size
@@ -261,7 +260,7 @@ func (j *journal) write(i int, b []byte, off int64) error {
 	if _, err := f.WriteAt(b, off); err != nil {
 		return fmt.Errorf("write journal: %w", err)
 	}
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+	if err := j.aio.fdatasync(int(f.Fd())); err != nil {
 		return fmt.Errorf("fdatasync journal: %w", err)
 	}
 	return nil
@@ -326,7 +325,7 @@ func (j *journal) close() error {
 		<-j.ckpt
 		j.ckpt = nil
 	}
-	var errs []error
+	errs := []error{j.aio.close()}
 	for i, f := range j.files {
 		if f != nil {
 			errs = append(errs, f.Close())

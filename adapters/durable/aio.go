@@ -1,0 +1,118 @@
+package durable
+
+// This file is the journal's fdatasync without a blocked processor: the
+// call is handed to the kernel as Linux AIO (IOCB_CMD_FDSYNC, run by a
+// kernel worker) and the flushing goroutine parks on an eventfd in the Go
+// netpoller until it completes.
+//
+// Why: a goroutine in a blocking system call keeps its P (one of
+// GOMAXPROCS) until the runtime's sysmon takes it back, and sysmon, asleep
+// for up to 10 ms on a busy server, seldom does so within a flush of half
+// a millisecond. Every flush then left one of the server's processors
+// unused while goroutines waited to run: on 2 CPUs under --sync always,
+// 39 % of the time (execution trace, BENCHMARKS.md "Issue 17").
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+const (
+	iocbCmdFdsync = 3 // IOCB_CMD_FDSYNC
+	iocbFlagResfd = 1 // IOCB_FLAG_RESFD: signal the eventfd on completion
+)
+
+// iocb is struct iocb of linux/aio_abi.h (little-endian layout).
+type iocb struct {
+	data      uint64
+	key       uint32
+	rwFlags   uint32
+	opcode    uint16
+	reqprio   int16
+	fildes    uint32
+	buf       uint64
+	nbytes    uint64
+	offset    int64
+	reserved2 uint64
+	flags     uint32
+	resfd     uint32
+}
+
+// ioEvent is struct io_event.
+type ioEvent struct {
+	data, obj uint64
+	res, res2 int64
+}
+
+// asyncSyncer fdatasyncs one file at a time through AIO. Its zero value
+// (or a failed setup) falls back to a plain fdatasync.
+type asyncSyncer struct {
+	ctx   uintptr
+	done  *os.File // the eventfd, read through the netpoller
+	efd   int
+	ready bool
+}
+
+// newAsyncSyncer sets up an AIO context and its eventfd; on any failure
+// (a kernel without AIO, aio-max-nr reached) it returns one that uses
+// plain fdatasync.
+func newAsyncSyncer() *asyncSyncer {
+	a := &asyncSyncer{}
+	efd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		return a
+	}
+	var ctx uintptr
+	if _, _, e := unix.Syscall(unix.SYS_IO_SETUP, 1, uintptr(unsafe.Pointer(&ctx)), 0); e != 0 {
+		_ = unix.Close(efd)
+		return a
+	}
+	a.ctx, a.efd, a.done, a.ready = ctx, efd, os.NewFile(uintptr(efd), "journal-aio"), true
+	return a
+}
+
+// fdatasync makes fd's data durable, as fdatasync(2).
+func (a *asyncSyncer) fdatasync(fd int) error {
+	if !a.ready {
+		return unix.Fdatasync(fd)
+	}
+	cb := &iocb{opcode: iocbCmdFdsync, fildes: uint32(fd), flags: iocbFlagResfd, resfd: uint32(a.efd)}
+	cbs := [1]*iocb{cb}
+	_, _, e := unix.Syscall(unix.SYS_IO_SUBMIT, a.ctx, 1, uintptr(unsafe.Pointer(&cbs[0])))
+	runtime.KeepAlive(cb)
+	if e != 0 {
+		return unix.Fdatasync(fd) // EINVAL: this filesystem has no AIO fsync
+	}
+	var n [8]byte
+	if _, err := a.done.Read(n[:]); err != nil {
+		return fmt.Errorf("wait for fdatasync: %w", err)
+	}
+	var ev ioEvent
+	for {
+		got, _, e := unix.Syscall6(unix.SYS_IO_GETEVENTS, a.ctx, 1, 1, uintptr(unsafe.Pointer(&ev)), 0, 0)
+		if e == unix.EINTR {
+			continue
+		}
+		if e != 0 || got != 1 {
+			return fmt.Errorf("reap fdatasync: %d events, %w", got, e)
+		}
+		break
+	}
+	if ev.res < 0 {
+		return unix.Errno(-ev.res)
+	}
+	return nil
+}
+
+func (a *asyncSyncer) close() error {
+	if !a.ready {
+		return nil
+	}
+	a.ready = false
+	unix.Syscall(unix.SYS_IO_DESTROY, a.ctx, 0, 0)
+	return a.done.Close()
+}
