@@ -48,8 +48,9 @@ type ioEvent struct {
 	res, res2 int64
 }
 
-// asyncSyncer fdatasyncs one file at a time through AIO. Its zero value
-// (or a failed setup) falls back to a plain fdatasync.
+// asyncSyncer fdatasyncs through AIO, one call at a time (the journal's
+// writes take turns under the Syncer's commitMu). Its zero value, or a
+// failed setup, falls back to a plain fdatasync.
 type asyncSyncer struct {
 	ctx   uintptr
 	done  *os.File // the eventfd, read through the netpoller
@@ -97,8 +98,11 @@ func (a *asyncSyncer) fdatasync(fd int) error {
 		if e == unix.EINTR {
 			continue
 		}
-		if e != 0 || got != 1 {
-			return fmt.Errorf("reap fdatasync: %d events, %w", got, e)
+		if e != 0 {
+			return fmt.Errorf("reap fdatasync: %w", e)
+		}
+		if got != 1 {
+			return fmt.Errorf("reap fdatasync: %d events, want 1", got)
 		}
 		break
 	}
