@@ -52,10 +52,9 @@ type ioEvent struct {
 // writes take turns under the Syncer's commitMu). Its zero value, or a
 // failed setup, falls back to a plain fdatasync.
 type asyncSyncer struct {
-	ctx   uintptr
-	done  *os.File // the eventfd, read through the netpoller
-	efd   int
-	ready bool
+	ctx  uintptr
+	done *os.File // the eventfd, read through the netpoller; nil: no AIO
+	efd  int      // its descriptor (done.Fd would make it blocking)
 }
 
 // newAsyncSyncer sets up an AIO context and its eventfd; on any failure
@@ -72,13 +71,13 @@ func newAsyncSyncer() *asyncSyncer {
 		_ = unix.Close(efd)
 		return a
 	}
-	a.ctx, a.efd, a.done, a.ready = ctx, efd, os.NewFile(uintptr(efd), "journal-aio"), true
+	a.ctx, a.efd, a.done = ctx, efd, os.NewFile(uintptr(efd), "journal-aio")
 	return a
 }
 
 // fdatasync makes fd's data durable, as fdatasync(2).
 func (a *asyncSyncer) fdatasync(fd int) error {
-	if !a.ready {
+	if a.done == nil {
 		return unix.Fdatasync(fd)
 	}
 	cb := &iocb{opcode: iocbCmdFdsync, fildes: uint32(fd), flags: iocbFlagResfd, resfd: uint32(a.efd)}
@@ -112,11 +111,13 @@ func (a *asyncSyncer) fdatasync(fd int) error {
 	return nil
 }
 
+// close releases the context and the eventfd; closing twice is harmless.
 func (a *asyncSyncer) close() error {
-	if !a.ready {
+	if a.done == nil {
 		return nil
 	}
-	a.ready = false
 	unix.Syscall(unix.SYS_IO_DESTROY, a.ctx, 0, 0)
-	return a.done.Close()
+	done := a.done
+	a.done = nil
+	return done.Close()
 }
