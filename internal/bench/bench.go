@@ -296,8 +296,12 @@ func throughputOnce(ctx context.Context, c Config, transport, sync string, ld Lo
 	err := withServer(c, sync, nil, func(s *Server) error {
 		var err error
 		cpu := startCPU(s.Pid())
+		before, ferr := readFlushes(ctx, s.Admin)
 		r, ids, err = Throughput(ctx, s.Target, transport, ld)
 		r.ServerCPU, r.ClientCPU = cpu.perTask(ld.N)
+		if after, aerr := readFlushes(ctx, s.Admin); ferr == nil && aerr == nil {
+			r.FlushMs, r.FlushCallers = before.since(after)
+		}
 		return err
 	}, func(f Folders) error {
 		return CountResults(f.Logs, benchQueue, ids, true)

@@ -301,6 +301,22 @@ func TestSmokePeers(t *testing.T) {
 				t.Errorf("K=%d: no figure for %s: %+v", row.K, name, row.TPS)
 			}
 		}
+		// Where each run's time went besides CPU: the machine's idle share
+		// for every contender, and the flushes of the file store under
+		// --sync always only.
+		for name := range row.TPS {
+			if idle, ok := row.Idle[name]; !ok || idle.Median < 0 || idle.Median > 100 {
+				t.Errorf("K=%d: %s: idle share %+v (present %v)", row.K, name, idle, ok)
+			}
+		}
+		for _, name := range []string{"taskhoster always", "taskhoster always batch 20"} {
+			if ms, callers := row.FlushMs[name], row.FlushCallers[name]; ms.Median <= 0 || callers.Median < 1 {
+				t.Errorf("K=%d: %s: flushes %+v ms, %+v callers each", row.K, name, ms, callers)
+			}
+		}
+		if ms, ok := row.FlushMs["taskhoster none"]; ok {
+			t.Errorf("K=%d: taskhoster none flushed: %+v ms", row.K, ms)
+		}
 		targets := map[string]float64{}
 		for _, r := range row.Ratios {
 			targets[r.Name] = r.Target
@@ -316,6 +332,11 @@ func TestSmokePeers(t *testing.T) {
 	}
 	if strings.Contains(out.String(), fmt.Sprintf("K = %d tasks in flight", c.K)) {
 		t.Errorf("a peers-only report names one K in its header, though its tables run at others:\n%s", out.String())
+	}
+	for _, column := range []string{"machine idle %", "flush ms", "callers/flush"} {
+		if !strings.Contains(out.String(), column) {
+			t.Errorf("report lacks the column %q:\n%s", column, out.String())
+		}
 	}
 	if !strings.Contains(out.String(), "taskhoster always batch 20") {
 		t.Errorf("report lacks the batch contender:\n%s", out.String())

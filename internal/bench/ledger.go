@@ -135,6 +135,16 @@ type LoadRun struct {
 	// CPU milliseconds per task used by the server process and by the
 	// bench's own clients (which share the machine with it).
 	ServerCPU, ClientCPU float64
+	// Idle is the share of the whole machine's CPU time, in per cent, that
+	// was idle or waiting for I/O from the first post to the last result
+	// (nil: not measured). With the CPU per task, it says whether a run was
+	// bound by its processors or by waiting (for a flush, say).
+	Idle *float64 `json:"machine_idle_pct,omitempty"`
+	// FlushMs and FlushCallers are a file-store server's mean group commit
+	// over the run, in milliseconds, and the callers each served (its
+	// /metrics; 0 under --sync none, which flushes nothing).
+	FlushMs      float64 `json:"flush_ms,omitempty"`
+	FlushCallers float64 `json:"flush_callers,omitempty"`
 }
 
 // verify checks, after the run, that every task was posted once, handed

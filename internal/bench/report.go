@@ -156,6 +156,13 @@ type PeerRow struct {
 	// DBCPU is the PostgreSQL cluster's CPU milliseconds per task (its
 	// postmaster and every child), for the runs on the database.
 	DBCPU map[string]Summary `json:"db_cpu_ms_per_task,omitempty"`
+	// Idle is the share of the machine's CPU time idle or waiting for I/O
+	// during each run, in per cent (LoadRun.Idle); FlushMs and
+	// FlushCallers are a file-store server's mean group commit and the
+	// callers each served, under --sync always.
+	Idle         map[string]Summary `json:"machine_idle_pct,omitempty"`
+	FlushMs      map[string]Summary `json:"flush_ms,omitempty"`
+	FlushCallers map[string]Summary `json:"flush_callers,omitempty"`
 	// Ratios of completed tasks per second, each taken within a round and
 	// then summarised over the rounds.
 	Ratios []PeerRatio `json:"ratios"`
@@ -371,20 +378,17 @@ func (r *Report) Print(w io.Writer) error {
 	for _, pr := range r.Peers {
 		rows = nil
 		for _, name := range peerOrder(pr.TPS) {
-			lat, cpu, db := "-", "-", "-"
-			if l, ok := pr.Lat[name]; ok {
-				lat = l.String()
+			cell := func(m map[string]Summary) string {
+				if v, ok := m[name]; ok {
+					return v.String()
+				}
+				return "-"
 			}
-			if c, ok := pr.CPU[name]; ok {
-				cpu = c.String()
-			}
-			if d, ok := pr.DBCPU[name]; ok {
-				db = d.String()
-			}
-			rows = append(rows, []string{name, pr.TPS[name].String(), lat, cpu, db})
+			rows = append(rows, []string{name, pr.TPS[name].String(), cell(pr.Lat), cell(pr.CPU), cell(pr.DBCPU),
+				cell(pr.Idle), cell(pr.FlushMs), cell(pr.FlushCallers)})
 		}
 		table(fmt.Sprintf("Peers, P = %d, W = %d, K = %d (%d in flight), N = %d: completed tasks/s", pr.P, pr.W, pr.K, pr.W*pr.K, pr.N),
-			"contender\tdone/s\tlat p50 ms\tserver CPU ms/task\tdatabase CPU ms/task", rows)
+			"contender\tdone/s\tlat p50 ms\tserver CPU ms/task\tdatabase CPU ms/task\tmachine idle %\tflush ms\tcallers/flush", rows)
 		rows = nil
 		for _, ra := range pr.Ratios {
 			target := ""

@@ -243,27 +243,124 @@ func RSS(pid int) (int64, error) {
 
 // Metric reads one unlabelled gauge from a Prometheus text endpoint.
 func Metric(ctx context.Context, hc *http.Client, url, name string) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
+	v, err := Metrics(ctx, hc, url, name)
 	if err != nil {
 		return 0, err
 	}
+	return v[0], nil
+}
+
+// Metrics reads several unlabelled metrics from one scrape of url/metrics,
+// in the order of names.
+func Metrics(ctx context.Context, hc *http.Client, url string, names ...string) ([]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	for line := range bytes.Lines(data) {
-		rest, ok := bytes.CutPrefix(line, []byte(name+" "))
-		if !ok {
-			continue
+	return parseMetrics(data, names)
+}
+
+// parseMetrics finds each of names in a scrape, in the text format.
+func parseMetrics(data []byte, names []string) ([]float64, error) {
+	vs := make([]float64, len(names))
+	for i, name := range names {
+		found := false
+		for line := range bytes.Lines(data) {
+			rest, ok := bytes.CutPrefix(line, []byte(name+" "))
+			if !ok {
+				continue
+			}
+			v, err := strconv.ParseFloat(string(bytes.TrimSpace(rest)), 64)
+			if err != nil {
+				return nil, fmt.Errorf("metric %s: %w", name, err)
+			}
+			vs[i], found = v, true
+			break
 		}
-		return strconv.ParseFloat(string(bytes.TrimSpace(rest)), 64)
+		if !found {
+			return nil, fmt.Errorf("metric %s not found", name)
+		}
 	}
-	return 0, fmt.Errorf("metric %s not found", name)
+	return vs, nil
+}
+
+// flushes is what a file-store server has flushed so far (its /metrics):
+// how many group commits, their time, and the callers they served.
+type flushes struct{ count, seconds, callers float64 }
+
+func readFlushes(ctx context.Context, admin string) (flushes, error) {
+	v, err := Metrics(ctx, http.DefaultClient, admin,
+		"taskhoster_flush_duration_seconds_count", "taskhoster_flush_duration_seconds_sum", "taskhoster_flush_callers_sum")
+	if err != nil {
+		return flushes{}, err
+	}
+	return flushes{count: v[0], seconds: v[1], callers: v[2]}, nil
+}
+
+// since is the mean flush in milliseconds, and the callers each served,
+// from f to later; zero when none ran (--sync none flushes nothing).
+func (f flushes) since(later flushes) (ms, callers float64) {
+	n := later.count - f.count
+	if n <= 0 {
+		return 0, 0
+	}
+	return (later.seconds - f.seconds) / n * 1000, (later.callers - f.callers) / n
+}
+
+// machineTimes is the whole machine's CPU time so far, in clock ticks, and
+// the part of it idle or waiting for I/O: a run bound by its disc's
+// flushes rather than by its processors leaves them idle.
+type machineTimes struct{ total, idle int64 }
+
+func readMachineTimes() (machineTimes, error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineTimes{}, err
+	}
+	return parseMachineTimes(data)
+}
+
+// parseMachineTimes reads the first line of /proc/stat: "cpu" and then
+// user, nice, system, idle, iowait, irq, softirq and steal (the guest
+// times after them are already counted in user and nice).
+func parseMachineTimes(data []byte) (machineTimes, error) {
+	line, _, _ := bytes.Cut(data, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 6 || f[0] != "cpu" {
+		return machineTimes{}, fmt.Errorf("/proc/stat: first line %.100q", line)
+	}
+	var m machineTimes
+	for i, s := range f[1:min(len(f), 9)] {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return machineTimes{}, fmt.Errorf("/proc/stat: %w", err)
+		}
+		m.total += v
+		if i == 3 || i == 4 {
+			m.idle += v
+		}
+	}
+	return m, nil
+}
+
+// idleSince is the share of the machine's CPU time from m to now that was
+// idle or waiting for I/O, in per cent; nil when it cannot be read.
+func (m machineTimes) idleSince() *float64 {
+	now, err := readMachineTimes()
+	if err != nil || m.total == 0 || now.total <= m.total {
+		return nil
+	}
+	pct := 100 * float64(now.idle-m.idle) / float64(now.total-m.total)
+	return &pct
 }
 
 // ProcessCPU is the CPU time (user and system) a process has used so far,

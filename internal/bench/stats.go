@@ -43,6 +43,15 @@ func Summarize(runs []float64) Summary {
 	return Summary{Median: med, Min: s[0], Max: s[len(s)-1], Runs: slices.Clone(runs)}
 }
 
+// summaries summarises each name's runs.
+func summaries(runs map[string][]float64) map[string]Summary {
+	m := make(map[string]Summary, len(runs))
+	for name, v := range runs {
+		m[name] = Summarize(v)
+	}
+	return m
+}
+
 // String shows the median and the range, "1234 [1100–1300]", with as many
 // decimals as the size of the median calls for.
 func (s Summary) String() string {

@@ -117,15 +117,19 @@ func runLoad(ctx context.Context, ld Load, l *ledger, workers []func(context.Con
 		case <-l.done:
 		}
 	}()
+	machine, _ := readMachineTimes()
 	var wg sync.WaitGroup
 	for _, w := range workers {
 		wg.Go(func() { w(ctx) })
 	}
 	produceBatches(ctx, l, ld, max(ld.Batch, 1), post)
 	<-l.done
+	idle := machine.idleSince()
 	cancel()
 	wg.Wait()
-	return l.verify()
+	r, err := l.verify()
+	r.Idle = idle
+	return r, err
 }
 
 // Throughput runs ld against t with workers over transport, and checks
