@@ -136,8 +136,8 @@ type LoadRun struct {
 	// bench's own clients (which share the machine with it).
 	ServerCPU, ClientCPU float64
 	// Idle is the share of the whole machine's CPU time, in per cent, that
-	// was idle or waiting for I/O from the first post to the last result
-	// (nil: not measured). With the CPU per task, it says whether a run was
+	// was idle or waiting for I/O from the workers' start to the last
+	// accepted result (nil: not measured). With the CPU per task, it says whether a run was
 	// bound by its processors or by waiting (for a flush, say).
 	Idle *float64 `json:"machine_idle_pct,omitempty"`
 	// FlushMs and FlushCallers are a file-store server's mean group commit
