@@ -253,6 +253,15 @@ func Metric(ctx context.Context, hc *http.Client, url, name string) (float64, er
 // Metrics reads several unlabelled metrics from one scrape of url/metrics,
 // in the order of names.
 func Metrics(ctx context.Context, hc *http.Client, url string, names ...string) ([]float64, error) {
+	data, err := scrape(ctx, hc, url)
+	if err != nil {
+		return nil, err
+	}
+	return parseMetrics(data, names)
+}
+
+// scrape reads url/metrics.
+func scrape(ctx context.Context, hc *http.Client, url string) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
 	if err != nil {
 		return nil, err
@@ -262,11 +271,7 @@ func Metrics(ctx context.Context, hc *http.Client, url string, names ...string) 
 		return nil, err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	return parseMetrics(data, names)
+	return io.ReadAll(resp.Body)
 }
 
 // parseMetrics finds each of names in a scrape, in the text format.
@@ -298,8 +303,17 @@ func parseMetrics(data []byte, names []string) ([]float64, error) {
 type flushes struct{ count, seconds, callers float64 }
 
 func readFlushes(ctx context.Context, admin string) (flushes, error) {
-	v, err := Metrics(ctx, http.DefaultClient, admin,
-		"taskhoster_flush_duration_seconds_count", "taskhoster_flush_duration_seconds_sum", "taskhoster_flush_callers_sum")
+	data, err := scrape(ctx, http.DefaultClient, admin)
+	if err != nil {
+		return flushes{}, err
+	}
+	return parseFlushes(data)
+}
+
+// parseFlushes reads flushes out of a scrape.
+func parseFlushes(data []byte) (flushes, error) {
+	v, err := parseMetrics(data, []string{
+		"taskhoster_flush_duration_seconds_count", "taskhoster_flush_duration_seconds_sum", "taskhoster_flush_callers_sum"})
 	if err != nil {
 		return flushes{}, err
 	}

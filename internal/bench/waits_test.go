@@ -49,13 +49,12 @@ func TestFlushesFromAScrape(t *testing.T) {
 			"taskhoster_flush_callers_count " + count,
 		}, "\n"))
 	}
-	names := []string{"taskhoster_flush_duration_seconds_count", "taskhoster_flush_duration_seconds_sum", "taskhoster_flush_callers_sum"}
 	read := func(data []byte) flushes {
-		v, err := parseMetrics(data, names)
+		f, err := parseFlushes(data)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return flushes{count: v[0], seconds: v[1], callers: v[2]}
+		return f
 	}
 	before, after := read(scrape("10", "0.01", "40")), read(scrape("110", "0.31", "2440"))
 	ms, callers := before.since(after)
