@@ -295,18 +295,27 @@ func TestSmokePeers(t *testing.T) {
 	if err := rep.Print(&out); err != nil {
 		t.Fatal(err)
 	}
+	_, kerr := kernelThreadsCPU("/proc")
+	kthreadsSeen := kerr == nil
+	if !kthreadsSeen {
+		t.Logf("kernel threads' share not checked: %v", kerr)
+	}
 	for _, row := range rep.Peers {
 		for _, name := range []string{"taskhoster always", "taskhoster none", "beanstalkd -f0", "beanstalkd nobinlog", "taskhoster always batch 20"} {
 			if row.TPS[name].Median <= 0 {
 				t.Errorf("K=%d: no figure for %s: %+v", row.K, name, row.TPS)
 			}
 		}
-		// Where each run's time went besides CPU: the machine's idle share
-		// for every contender, and the flushes of the file store under
-		// --sync always only.
+		// Where each run's time went besides its processes' CPU: the
+		// machine's idle share and its kernel threads' (where this machine
+		// shows them) for every contender, and the flushes of the file
+		// store under --sync always only.
 		for name := range row.TPS {
 			if idle, ok := row.Idle[name]; !ok || idle.Median < 0 || idle.Median > 100 {
 				t.Errorf("K=%d: %s: idle share %+v (present %v)", row.K, name, idle, ok)
+			}
+			if k, ok := row.KernelThreads[name]; kthreadsSeen && (!ok || k.Median < 0 || k.Median > 100) {
+				t.Errorf("K=%d: %s: kernel threads' share %+v (present %v)", row.K, name, k, ok)
 			}
 		}
 		for _, name := range []string{"taskhoster always", "taskhoster always batch 20"} {
@@ -333,7 +342,7 @@ func TestSmokePeers(t *testing.T) {
 	if strings.Contains(out.String(), fmt.Sprintf("K = %d tasks in flight", c.K)) {
 		t.Errorf("a peers-only report names one K in its header, though its tables run at others:\n%s", out.String())
 	}
-	for _, column := range []string{"machine idle %", "flush ms", "callers/flush"} {
+	for _, column := range []string{"machine idle %", "kernel threads %", "flush ms", "callers/flush"} {
 		if !strings.Contains(out.String(), column) {
 			t.Errorf("report lacks the column %q:\n%s", column, out.String())
 		}

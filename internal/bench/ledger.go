@@ -140,6 +140,11 @@ type LoadRun struct {
 	// accepted result (nil: not measured). With the CPU per task, it says whether a run was
 	// bound by its processors or by waiting (for a flush, say).
 	Idle *float64 `json:"machine_idle_pct,omitempty"`
+	// KernelThreads is the share of the machine's CPU time, in per cent,
+	// the kernel's threads used over the same span: writeback, the loop
+	// device's and AIO's workers, jbd2. A process's CPU time leaves out
+	// what its flushes cost there.
+	KernelThreads *float64 `json:"kernel_threads_pct,omitempty"`
 	// FlushMs and FlushCallers are a file-store server's mean group commit
 	// over the run, in milliseconds, and the callers each served (its
 	// /metrics; 0 under --sync none, which flushes nothing).

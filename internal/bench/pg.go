@@ -205,10 +205,11 @@ func clusterCPU(dir string) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%s/postmaster.pid: %w", dir, err)
 	}
-	total, _, err := procStat(pm, true)
+	postmaster, err := readProcStat("/proc", pm)
 	if err != nil {
 		return 0, err
 	}
+	total := postmaster.cpu + postmaster.reaped
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0, err
@@ -218,50 +219,13 @@ func clusterCPU(dir string) (time.Duration, error) {
 		if err != nil || pid == pm {
 			continue
 		}
-		cpu, parent, err := procStat(pid, false)
-		if err != nil || parent != pm {
+		p, err := readProcStat("/proc", pid)
+		if err != nil || p.ppid != pm {
 			continue // gone meanwhile, or not the cluster's
 		}
-		total += cpu
+		total += p.cpu
 	}
 	return total, nil
-}
-
-// procStat reads a process's utime and stime (and, with reaped, its
-// reaped children's cutime and cstime) and its parent's pid from
-// /proc/<pid>/stat.
-func procStat(pid int, reaped bool) (time.Duration, int, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, 0, err
-	}
-	// Fields after the command name's closing parenthesis: state, ppid
-	// (4th of the line), …, utime, stime, cutime, cstime (14th to 17th).
-	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: %q", pid, data)
-	}
-	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 15 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: %q", pid, data)
-	}
-	ppid, err := strconv.Atoi(f[1])
-	if err != nil {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-	}
-	last := 13
-	if reaped {
-		last = 15
-	}
-	var ticks int64
-	for _, s := range f[11:last] {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-		}
-		ticks += v
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond, ppid, nil
 }
 
 // clusterMeter measures the cluster's CPU between start and perTask.

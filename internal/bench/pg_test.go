@@ -29,7 +29,7 @@ func TestClusterCPUCountsReapedChildren(t *testing.T) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		used, _, err := procStat(cmd.Process.Pid, false)
+		used, err := ProcessCPU(cmd.Process.Pid)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -156,13 +156,15 @@ type PeerRow struct {
 	// DBCPU is the PostgreSQL cluster's CPU milliseconds per task (its
 	// postmaster and every child), for the runs on the database.
 	DBCPU map[string]Summary `json:"db_cpu_ms_per_task,omitempty"`
-	// Idle is the share of the machine's CPU time idle or waiting for I/O
-	// during each run, in per cent (LoadRun.Idle); FlushMs and
-	// FlushCallers are a file-store server's mean group commit and the
-	// callers each served, under --sync always.
-	Idle         map[string]Summary `json:"machine_idle_pct,omitempty"`
-	FlushMs      map[string]Summary `json:"flush_ms,omitempty"`
-	FlushCallers map[string]Summary `json:"flush_callers,omitempty"`
+	// Idle and KernelThreads are the shares of the machine's CPU time idle
+	// or waiting for I/O, and used by the kernel's threads, during each
+	// run, in per cent (LoadRun's); FlushMs and FlushCallers are a
+	// file-store server's mean group commit and the callers each served,
+	// under --sync always.
+	Idle          map[string]Summary `json:"machine_idle_pct,omitempty"`
+	KernelThreads map[string]Summary `json:"kernel_threads_pct,omitempty"`
+	FlushMs       map[string]Summary `json:"flush_ms,omitempty"`
+	FlushCallers  map[string]Summary `json:"flush_callers,omitempty"`
 	// Ratios of completed tasks per second, each taken within a round and
 	// then summarised over the rounds.
 	Ratios []PeerRatio `json:"ratios"`
@@ -385,10 +387,10 @@ func (r *Report) Print(w io.Writer) error {
 				return "-"
 			}
 			rows = append(rows, []string{name, pr.TPS[name].String(), cell(pr.Lat), cell(pr.CPU), cell(pr.DBCPU),
-				cell(pr.Idle), cell(pr.FlushMs), cell(pr.FlushCallers)})
+				cell(pr.Idle), cell(pr.KernelThreads), cell(pr.FlushMs), cell(pr.FlushCallers)})
 		}
 		table(fmt.Sprintf("Peers, P = %d, W = %d, K = %d (%d in flight), N = %d: completed tasks/s", pr.P, pr.W, pr.K, pr.W*pr.K, pr.N),
-			"contender\tdone/s\tlat p50 ms\tserver CPU ms/task\tdatabase CPU ms/task\tmachine idle %\tflush ms\tcallers/flush", rows)
+			"contender\tdone/s\tlat p50 ms\tserver CPU ms/task\tdatabase CPU ms/task\tmachine idle %\tkernel threads %\tflush ms\tcallers/flush", rows)
 		rows = nil
 		for _, ra := range pr.Ratios {
 			target := ""

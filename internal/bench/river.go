@@ -24,10 +24,11 @@ type RiverRun struct {
 	// CPU is the peer process's CPU ms per job (River's client and the
 	// producers, measured by the bench from the exited process).
 	CPU float64 `json:"-"`
-	// Idle is the machine's idle share over the peer process's life (its
-	// start and River's migration too, a small part of a run), as
-	// LoadRun.Idle.
-	Idle *float64 `json:"-"`
+	// Idle and KernelThreads are the machine's idle share and its kernel
+	// threads' over the peer process's life (its start and River's
+	// migration too, a small part of a run), as LoadRun's.
+	Idle          *float64 `json:"-"`
+	KernelThreads *float64 `json:"-"`
 }
 
 // riverArgs are the River peer's flags for ld against url: the bench's
@@ -59,7 +60,7 @@ func River(ctx context.Context, binary, url string, ld Load) (RiverRun, error) {
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	machine, _ := readMachineTimes()
 	err := cmd.Run()
-	idle := machine.idleSince()
+	idle, kthreads := machine.since()
 	if err != nil {
 		return RiverRun{}, fmt.Errorf("%s: %w: %s", binary, err, lastLine(errb.String()))
 	}
@@ -67,7 +68,7 @@ func River(ctx context.Context, binary, url string, ld Load) (RiverRun, error) {
 	if err := json.Unmarshal(bytes.TrimSpace(out.Bytes()), &r); err != nil {
 		return RiverRun{}, fmt.Errorf("river peer printed %q: %w", out.String(), err)
 	}
-	r.Idle = idle
+	r.Idle, r.KernelThreads = idle, kthreads
 	if st := cmd.ProcessState; st != nil && r.N > 0 {
 		r.CPU = ms(st.UserTime()+st.SystemTime()) / float64(r.N)
 	}

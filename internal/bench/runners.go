@@ -276,15 +276,19 @@ func runPeersAt(ctx context.Context, c Config, rep *Report) []PeerRow {
 		cpu := map[string][]float64{}
 		dbCPU := map[string][]float64{}
 		idle := map[string][]float64{}
+		kthreads := map[string][]float64{}
 		flushMs := map[string][]float64{}
 		flushCallers := map[string][]float64{}
 		// perRound[name][round] is 0 when that run failed.
 		perRound := map[string][]float64{}
 		// waits records where a run's time went besides CPU: the machine's
 		// idle share and, for a file-store server, its flushes.
-		waits := func(name string, idlePct *float64, ms, callers float64) {
+		waits := func(name string, idlePct, kthreadsPct *float64, ms, callers float64) {
 			if idlePct != nil {
 				idle[name] = append(idle[name], *idlePct)
+			}
+			if kthreadsPct != nil {
+				kthreads[name] = append(kthreads[name], *kthreadsPct)
 			}
 			if ms > 0 {
 				flushMs[name] = append(flushMs[name], ms)
@@ -330,7 +334,7 @@ func runPeersAt(ctx context.Context, c Config, rep *Report) []PeerRow {
 					return
 				}
 				record(name, round, r.TPS, r.LatP50, r.ServerCPU, 0)
-				waits(name, r.Idle, r.FlushMs, r.FlushCallers)
+				waits(name, r.Idle, r.KernelThreads, r.FlushMs, r.FlushCallers)
 				c.progress("%s %s: %.0f done/s, server CPU %.2f ms/task; every task finished once", prefix, name, r.TPS, r.ServerCPU)
 			}
 			bs := func(binlog bool) {
@@ -347,7 +351,7 @@ func runPeersAt(ctx context.Context, c Config, rep *Report) []PeerRow {
 					return
 				}
 				record(name, round, r.TPS, r.LatP50, r.ServerCPU, 0)
-				waits(name, r.Idle, 0, 0)
+				waits(name, r.Idle, r.KernelThreads, 0, 0)
 				c.progress("%s %s: %.0f done/s, server CPU %.2f ms/task; every job deleted once", prefix, name, r.TPS, r.ServerCPU)
 			}
 			pg := func(servers int) {
@@ -361,7 +365,7 @@ func runPeersAt(ctx context.Context, c Config, rep *Report) []PeerRow {
 					return
 				}
 				record(name, round, r.TPS, r.LatP50, r.ServerCPU, db)
-				waits(name, r.Idle, 0, 0)
+				waits(name, r.Idle, r.KernelThreads, 0, 0)
 				c.progress("%s %s: %.0f done/s, server CPU %.2f ms/task, database CPU %.2f ms/task; every task finished once, one result line each",
 					prefix, name, r.TPS, r.ServerCPU, db)
 			}
@@ -381,7 +385,7 @@ func runPeersAt(ctx context.Context, c Config, rep *Report) []PeerRow {
 					return
 				}
 				record(name, round, rr.TPS, 0, rr.CPU, db)
-				waits(name, rr.Idle, 0, 0)
+				waits(name, rr.Idle, rr.KernelThreads, 0, 0)
 				c.progress("%s %s: %.0f done/s, its process's CPU %.2f ms/task, database CPU %.2f ms/task (synchronous_commit %s, PostgreSQL %s); every job worked once and completed",
 					prefix, name, rr.TPS, rr.CPU, db, rr.SynchronousCommit, rr.Server)
 			}
@@ -410,7 +414,7 @@ func runPeersAt(ctx context.Context, c Config, rep *Report) []PeerRow {
 			pg(2)
 		}
 		row := PeerRow{P: p.P, W: p.W, K: c.K, N: c.N, TPS: summaries(tps), Lat: summaries(lat), CPU: summaries(cpu),
-			DBCPU: summaries(dbCPU), Idle: summaries(idle), FlushMs: summaries(flushMs), FlushCallers: summaries(flushCallers)}
+			DBCPU: summaries(dbCPU), Idle: summaries(idle), KernelThreads: summaries(kthreads), FlushMs: summaries(flushMs), FlushCallers: summaries(flushCallers)}
 		ratio := func(label, a string, b func(round int) float64, target float64) {
 			var v []float64
 			for i, x := range perRound[a] {

@@ -124,11 +124,11 @@ func runLoad(ctx context.Context, ld Load, l *ledger, workers []func(context.Con
 	}
 	produceBatches(ctx, l, ld, max(ld.Batch, 1), post)
 	<-l.done
-	idle := machine.idleSince()
+	idle, kthreads := machine.since()
 	cancel()
 	wg.Wait()
 	r, err := l.verify()
-	r.Idle = idle
+	r.Idle, r.KernelThreads = idle, kthreads
 	return r, err
 }
 

@@ -1,0 +1,185 @@
+package bench
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// What the bench reads of Linux's /proc: a process's CPU time, and where
+// the whole machine's went during a run.
+
+// userHZ is the unit of /proc's CPU times: Linux's USER_HZ, 100 a second.
+const userHZ = 10 * time.Millisecond
+
+// pfKthread is PF_KTHREAD (include/linux/sched.h) in a process's flags:
+// the kernel's own threads (kworkers, jbd2, ksoftirqd, the loop device's).
+const pfKthread = 0x00200000
+
+// procInfo is what the bench reads of /proc/<pid>/stat.
+type procInfo struct {
+	ppid   int
+	flags  uint64
+	cpu    time.Duration // utime + stime
+	reaped time.Duration // cutime + cstime: children that exited and were waited for
+}
+
+func readProcStat(proc string, pid int) (procInfo, error) {
+	data, err := os.ReadFile(filepath.Join(proc, strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return procInfo{}, err
+	}
+	p, err := parseProcStat(data)
+	if err != nil {
+		return procInfo{}, fmt.Errorf("%s/%d/stat: %w", proc, pid, err)
+	}
+	return p, nil
+}
+
+// parseProcStat reads the fields after the command name's last closing
+// parenthesis (the name may hold spaces and parentheses): state, ppid (the
+// line's 4th field), …, flags (9th), …, utime, stime, cutime and cstime
+// (14th to 17th).
+func parseProcStat(data []byte) (procInfo, error) {
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return procInfo{}, fmt.Errorf("no command name in %.100q", data)
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 15 {
+		return procInfo{}, fmt.Errorf("%d fields after the command name, want 15 or more", len(f))
+	}
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		return procInfo{}, err
+	}
+	flags, err := strconv.ParseUint(f[6], 10, 64)
+	if err != nil {
+		return procInfo{}, err
+	}
+	var ticks [4]int64
+	for j, s := range f[11:15] {
+		if ticks[j], err = strconv.ParseInt(s, 10, 64); err != nil {
+			return procInfo{}, err
+		}
+	}
+	return procInfo{
+		ppid: ppid, flags: flags,
+		cpu:    time.Duration(ticks[0]+ticks[1]) * userHZ,
+		reaped: time.Duration(ticks[2]+ticks[3]) * userHZ,
+	}, nil
+}
+
+// ProcessCPU is the CPU time (user and system) a process has used so far.
+func ProcessCPU(pid int) (time.Duration, error) {
+	p, err := readProcStat("/proc", pid)
+	return p.cpu, err
+}
+
+// errNoKernelThreads: none is visible (a PID namespace hides them).
+var errNoKernelThreads = errors.New("no kernel thread in /proc")
+
+// kernelThreadsCPU is the CPU time the kernel's threads have used so far,
+// read from proc (/proc, or a copy of it in tests). A kworker that exits
+// takes its time with it, but they live for minutes, longer than a run.
+func kernelThreadsCPU(proc string) (time.Duration, error) {
+	entries, err := os.ReadDir(proc)
+	if err != nil {
+		return 0, err
+	}
+	var total time.Duration
+	seen := false
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue // not a process
+		}
+		p, err := readProcStat(proc, pid)
+		if err != nil || p.flags&pfKthread == 0 {
+			continue // gone meanwhile, or not the kernel's
+		}
+		total += p.cpu
+		seen = true
+	}
+	if !seen {
+		return 0, errNoKernelThreads
+	}
+	return total, nil
+}
+
+// machineTimes is the whole machine's CPU time so far, in clock ticks, the
+// part of it idle or waiting for I/O, and the part the kernel's threads
+// used: a run bound by its disc's flushes rather than by its processors
+// leaves them idle, and has kernel workers write and flush for it.
+type machineTimes struct {
+	total, idle int64
+	kthreads    time.Duration
+	kthreadsOK  bool // kthreads was read
+}
+
+func readMachineTimes() (machineTimes, error) {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return machineTimes{}, err
+	}
+	m, err := parseMachineTimes(data)
+	if err != nil {
+		return machineTimes{}, err
+	}
+	m.kthreads, err = kernelThreadsCPU("/proc")
+	m.kthreadsOK = err == nil
+	return m, nil
+}
+
+// parseMachineTimes reads the first line of /proc/stat: "cpu" and then
+// user, nice, system, idle, iowait, irq, softirq and steal (the guest
+// times after them are already counted in user and nice).
+func parseMachineTimes(data []byte) (machineTimes, error) {
+	line, _, _ := bytes.Cut(data, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 6 || f[0] != "cpu" {
+		return machineTimes{}, fmt.Errorf("/proc/stat: first line %.100q", line)
+	}
+	var m machineTimes
+	for i, s := range f[1:min(len(f), 9)] {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return machineTimes{}, fmt.Errorf("/proc/stat: %w", err)
+		}
+		m.total += v
+		if i == 3 || i == 4 {
+			m.idle += v
+		}
+	}
+	return m, nil
+}
+
+// since is shares of the machine's CPU time from m to now, in per cent:
+// idle or waiting for I/O, and in the kernel's threads; nil when not read.
+func (m machineTimes) since() (idle, kthreads *float64) {
+	now, err := readMachineTimes()
+	if err != nil {
+		return nil, nil
+	}
+	return m.shares(now)
+}
+
+// shares is since's arithmetic, from m to later.
+func (m machineTimes) shares(later machineTimes) (idle, kthreads *float64) {
+	if m.total == 0 || later.total <= m.total {
+		return nil, nil
+	}
+	ticks := float64(later.total - m.total)
+	pct := 100 * float64(later.idle-m.idle) / ticks
+	idle = &pct
+	if m.kthreadsOK && later.kthreadsOK {
+		k := 100 * float64((later.kthreads-m.kthreads)/userHZ) / ticks
+		kthreads = &k
+	}
+	return idle, kthreads
+}
