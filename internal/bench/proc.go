@@ -29,6 +29,7 @@ type procInfo struct {
 	reaped time.Duration // cutime + cstime: children that exited and were waited for
 }
 
+// readProcStat reads <proc>/<pid>/stat (proc is /proc but in tests).
 func readProcStat(proc string, pid int) (procInfo, error) {
 	data, err := os.ReadFile(filepath.Join(proc, strconv.Itoa(pid), "stat"))
 	if err != nil {
@@ -159,8 +160,9 @@ func parseMachineTimes(data []byte) (machineTimes, error) {
 	return m, nil
 }
 
-// since is shares of the machine's CPU time from m to now, in per cent:
-// idle or waiting for I/O, and in the kernel's threads; nil when not read.
+// since returns the shares of the machine's CPU time from m to now, in per
+// cent: idle or waiting for I/O, and in the kernel's threads; nil when not
+// read.
 func (m machineTimes) since() (idle, kthreads *float64) {
 	now, err := readMachineTimes()
 	if err != nil {

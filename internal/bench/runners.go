@@ -281,8 +281,9 @@ func runPeersAt(ctx context.Context, c Config, rep *Report) []PeerRow {
 		flushCallers := map[string][]float64{}
 		// perRound[name][round] is 0 when that run failed.
 		perRound := map[string][]float64{}
-		// waits records where a run's time went besides CPU: the machine's
-		// idle share and, for a file-store server, its flushes.
+		// waits records where a run's time went besides its processes' CPU:
+		// the machine's idle share and its kernel threads', and, for a
+		// file-store server, its flushes.
 		waits := func(name string, idlePct, kthreadsPct *float64, ms, callers float64) {
 			if idlePct != nil {
 				idle[name] = append(idle[name], *idlePct)
