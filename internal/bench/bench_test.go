@@ -295,7 +295,7 @@ func TestSmokePeers(t *testing.T) {
 	if err := rep.Print(&out); err != nil {
 		t.Fatal(err)
 	}
-	_, kerr := kernelThreadsCPU("/proc")
+	_, kerr := kernelThreads("/proc")
 	kthreadsSeen := kerr == nil
 	if !kthreadsSeen {
 		t.Logf("kernel threads' share not checked: %v", kerr)

@@ -27,6 +27,7 @@ type procInfo struct {
 	flags  uint64
 	cpu    time.Duration // utime + stime
 	reaped time.Duration // cutime + cstime: children that exited and were waited for
+	start  uint64        // when it started, in ticks since boot: a pid reused is another process
 }
 
 // readProcStat reads <proc>/<pid>/stat (proc is /proc but in tests).
@@ -45,15 +46,15 @@ func readProcStat(proc string, pid int) (procInfo, error) {
 // parseProcStat reads the fields after the command name's last closing
 // parenthesis (the name may hold spaces and parentheses): state, ppid (the
 // line's 4th field), …, flags (9th), …, utime, stime, cutime and cstime
-// (14th to 17th).
+// (14th to 17th), …, starttime (22nd).
 func parseProcStat(data []byte) (procInfo, error) {
 	i := bytes.LastIndexByte(data, ')')
 	if i < 0 {
 		return procInfo{}, fmt.Errorf("no command name in %.100q", data)
 	}
 	f := strings.Fields(string(data[i+1:]))
-	if len(f) < 15 {
-		return procInfo{}, fmt.Errorf("%d fields after the command name, want 15 or more", len(f))
+	if len(f) < 20 {
+		return procInfo{}, fmt.Errorf("%d fields after the command name, want 20 or more", len(f))
 	}
 	ppid, err := strconv.Atoi(f[1])
 	if err != nil {
@@ -69,8 +70,12 @@ func parseProcStat(data []byte) (procInfo, error) {
 			return procInfo{}, err
 		}
 	}
+	start, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return procInfo{}, err
+	}
 	return procInfo{
-		ppid: ppid, flags: flags,
+		ppid: ppid, flags: flags, start: start,
 		cpu:    time.Duration(ticks[0]+ticks[1]) * userHZ,
 		reaped: time.Duration(ticks[2]+ticks[3]) * userHZ,
 	}, nil
@@ -85,16 +90,21 @@ func ProcessCPU(pid int) (time.Duration, error) {
 // errNoKernelThreads: none is visible (a PID namespace hides them).
 var errNoKernelThreads = errors.New("no kernel thread in /proc")
 
-// kernelThreadsCPU is the CPU time the kernel's threads have used so far,
-// read from proc (/proc, or a copy of it in tests). A kworker that exits
-// takes its time with it, but they live for minutes, longer than a run.
-func kernelThreadsCPU(proc string) (time.Duration, error) {
+// kthread names one kernel thread: its pid, and when it started, since a
+// pid may be reused.
+type kthread struct {
+	pid   int
+	start uint64
+}
+
+// kernelThreads reads the CPU time each of the kernel's threads has used
+// so far from proc (/proc, or a copy of it in tests).
+func kernelThreads(proc string) (map[kthread]time.Duration, error) {
 	entries, err := os.ReadDir(proc)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	var total time.Duration
-	seen := false
+	threads := map[kthread]time.Duration{}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -104,23 +114,33 @@ func kernelThreadsCPU(proc string) (time.Duration, error) {
 		if err != nil || p.flags&pfKthread == 0 {
 			continue // gone meanwhile, or not the kernel's
 		}
-		total += p.cpu
-		seen = true
+		threads[kthread{pid, p.start}] = p.cpu
 	}
-	if !seen {
-		return 0, errNoKernelThreads
+	if len(threads) == 0 {
+		return nil, errNoKernelThreads
 	}
-	return total, nil
+	return threads, nil
+}
+
+// kernelThreadsUsed is the CPU time the kernel's threads used from before
+// to after: each one's growth, all of a thread started since. A kworker
+// that exited between the two readings took its time with it (the share
+// is then too low, never negative); the pools keep theirs for minutes.
+func kernelThreadsUsed(before, after map[kthread]time.Duration) time.Duration {
+	var used time.Duration
+	for t, cpu := range after {
+		used += cpu - before[t]
+	}
+	return used
 }
 
 // machineTimes is the whole machine's CPU time so far, in clock ticks, the
-// part of it idle or waiting for I/O, and the part the kernel's threads
-// used: a run bound by its disc's flushes rather than by its processors
-// leaves them idle, and has kernel workers write and flush for it.
+// part of it idle or waiting for I/O, and each kernel thread's: a run
+// bound by its disc's flushes rather than by its processors leaves them
+// idle, and has kernel workers write and flush for it.
 type machineTimes struct {
 	total, idle int64
-	kthreads    time.Duration
-	kthreadsOK  bool // kthreads was read
+	kthreads    map[kthread]time.Duration // nil: not read
 }
 
 func readMachineTimes() (machineTimes, error) {
@@ -132,8 +152,7 @@ func readMachineTimes() (machineTimes, error) {
 	if err != nil {
 		return machineTimes{}, err
 	}
-	m.kthreads, err = kernelThreadsCPU("/proc")
-	m.kthreadsOK = err == nil
+	m.kthreads, _ = kernelThreads("/proc") // nil when none is visible
 	return m, nil
 }
 
@@ -179,8 +198,8 @@ func (m machineTimes) shares(later machineTimes) (idle, kthreads *float64) {
 	ticks := float64(later.total - m.total)
 	pct := 100 * float64(later.idle-m.idle) / ticks
 	idle = &pct
-	if m.kthreadsOK && later.kthreadsOK {
-		k := 100 * float64((later.kthreads-m.kthreads)/userHZ) / ticks
+	if m.kthreads != nil && later.kthreads != nil {
+		k := 100 * float64(kernelThreadsUsed(m.kthreads, later.kthreads)/userHZ) / ticks
 		kthreads = &k
 	}
 	return idle, kthreads
