@@ -124,8 +124,8 @@ func kernelThreads(proc string) (map[kthread]time.Duration, error) {
 
 // kernelThreadsUsed is the CPU time the kernel's threads used from before
 // to after: each one's growth, all of a thread started since. A kworker
-// that exited between the two readings took its time with it (the share
-// is then too low, never negative); the pools keep theirs for minutes.
+// that exited between the two readings took its time in between with it:
+// the share is then too low, never negative.
 func kernelThreadsUsed(before, after map[kthread]time.Duration) time.Duration {
 	var used time.Duration
 	for t, cpu := range after {
