@@ -210,22 +210,12 @@ func clusterCPU(dir string) (time.Duration, error) {
 		return 0, err
 	}
 	total := postmaster.cpu + postmaster.reaped
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0, err
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == pm {
-			continue
+	err = eachProcess("/proc", func(_ int, p procInfo) {
+		if p.ppid == pm {
+			total += p.cpu
 		}
-		p, err := readProcStat("/proc", pid)
-		if err != nil || p.ppid != pm {
-			continue // gone meanwhile, or not the cluster's
-		}
-		total += p.cpu
-	}
-	return total, nil
+	})
+	return total, err
 }
 
 // clusterMeter measures the cluster's CPU between start and perTask.

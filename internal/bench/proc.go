@@ -81,6 +81,26 @@ func parseProcStat(data []byte) (procInfo, error) {
 	}, nil
 }
 
+// eachProcess calls visit with every process listed in proc (/proc, or a
+// copy of it in tests) whose stat it can read; one gone meanwhile is
+// passed by.
+func eachProcess(proc string, visit func(pid int, p procInfo)) error {
+	entries, err := os.ReadDir(proc)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue // not a process
+		}
+		if p, err := readProcStat(proc, pid); err == nil {
+			visit(pid, p)
+		}
+	}
+	return nil
+}
+
 // ProcessCPU is the CPU time (user and system) a process has used so far.
 func ProcessCPU(pid int) (time.Duration, error) {
 	p, err := readProcStat("/proc", pid)
@@ -100,21 +120,14 @@ type kthread struct {
 // kernelThreads reads the CPU time each of the kernel's threads has used
 // so far from proc (/proc, or a copy of it in tests).
 func kernelThreads(proc string) (map[kthread]time.Duration, error) {
-	entries, err := os.ReadDir(proc)
+	threads := map[kthread]time.Duration{}
+	err := eachProcess(proc, func(pid int, p procInfo) {
+		if p.flags&pfKthread != 0 {
+			threads[kthread{pid, p.start}] = p.cpu
+		}
+	})
 	if err != nil {
 		return nil, err
-	}
-	threads := map[kthread]time.Duration{}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue // not a process
-		}
-		p, err := readProcStat(proc, pid)
-		if err != nil || p.flags&pfKthread == 0 {
-			continue // gone meanwhile, or not the kernel's
-		}
-		threads[kthread{pid, p.start}] = p.cpu
 	}
 	if len(threads) == 0 {
 		return nil, errNoKernelThreads
