@@ -156,6 +156,7 @@ type machineTimes struct {
 	kthreads    map[kthread]time.Duration // nil: not read
 }
 
+// readMachineTimes reads /proc/stat and every kernel thread's stat.
 func readMachineTimes() (machineTimes, error) {
 	data, err := os.ReadFile("/proc/stat")
 	if err != nil {

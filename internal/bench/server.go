@@ -243,21 +243,15 @@ func RSS(pid int) (int64, error) {
 
 // Metric reads one unlabelled gauge from a Prometheus text endpoint.
 func Metric(ctx context.Context, hc *http.Client, url, name string) (float64, error) {
-	v, err := Metrics(ctx, hc, url, name)
+	data, err := scrape(ctx, hc, url)
+	if err != nil {
+		return 0, err
+	}
+	v, err := parseMetrics(data, []string{name})
 	if err != nil {
 		return 0, err
 	}
 	return v[0], nil
-}
-
-// Metrics reads several unlabelled metrics from one scrape of url/metrics,
-// in the order of names.
-func Metrics(ctx context.Context, hc *http.Client, url string, names ...string) ([]float64, error) {
-	data, err := scrape(ctx, hc, url)
-	if err != nil {
-		return nil, err
-	}
-	return parseMetrics(data, names)
 }
 
 // scrape reads url/metrics.
