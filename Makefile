@@ -1,7 +1,7 @@
 # Taskhoster: build, run the bundled example, test, fuzz.
 #
 #   make run                  serve examples/hosts on 127.0.0.1:8080
-#   make test                 vet, then every test with the race detector
+#   make test                 vet and staticcheck, then every test with the race detector
 #   make fuzz FUZZTIME=2m     every Fuzz target, one after the other
 #   make faults FAULT_CYCLES=100  kill -9 the server that often under load, then
 #                             check no task was lost or finished twice
@@ -38,6 +38,7 @@ test:
 	@docker info >/dev/null 2>&1 || \
 		echo "make test: SKIP: no working container runtime (docker info fails): tests/packaging does not build or run the image"
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
 	cd bench/schedtrace && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 	@$(MAKE) --no-print-directory test-js

@@ -624,13 +624,10 @@ func TestRepairCutCleanBehindOtherLines(t *testing.T) {
 func TestRepairTies(t *testing.T) {
 	w := newWorld(t, domain.DefaultSettings())
 	w.step()
-	var ids []string
 	for range 5 {
-		task, err := w.svc.Post(w.ctx, w.q, "alice", []byte(`{}`), app.PostOptions{})
-		if err != nil {
+		if _, err := w.svc.Post(w.ctx, w.q, "alice", []byte(`{}`), app.PostOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		ids = append(ids, task.ID)
 	}
 	cut := parse(t, w.cut())
 	evs := w.repair()

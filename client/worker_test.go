@@ -183,8 +183,7 @@ func TestWorkerDrainFinishesRunningTasks(t *testing.T) {
 	f := newFakeQueue(t)
 	started := make(chan struct{}, 10)
 	release := make(chan struct{})
-	var w *client.Worker
-	w = &client.Worker{
+	w := &client.Worker{
 		Client: client.New(f.srv.URL), Queue: "q",
 		Handler: func(ctx context.Context, task *client.Task) (any, error) {
 			started <- struct{}{}

@@ -26,21 +26,31 @@ const (
 	iocbFlagResfd = 1 // IOCB_FLAG_RESFD: signal the eventfd on completion
 )
 
-// iocb is struct iocb of linux/aio_abi.h (little-endian layout).
+// iocb is struct iocb of linux/aio_abi.h (little-endian layout). An fdsync
+// sets only the named fields; the blank ones keep the kernel's layout.
 type iocb struct {
-	data      uint64
-	key       uint32
-	rwFlags   uint32
-	opcode    uint16
-	reqprio   int16
-	fildes    uint32
-	buf       uint64
-	nbytes    uint64
-	offset    int64
-	reserved2 uint64
-	flags     uint32
-	resfd     uint32
+	_      uint64 // aio_data
+	_      uint32 // aio_key
+	_      uint32 // aio_rw_flags
+	opcode uint16
+	_      int16 // aio_reqprio
+	fildes uint32
+	_      uint64 // aio_buf
+	_      uint64 // aio_nbytes
+	_      int64  // aio_offset
+	_      uint64 // aio_reserved2
+	flags  uint32
+	resfd  uint32
 }
+
+// The kernel reads 64 bytes per iocb and writes 32 per io_event: these fail
+// to compile if a field is lost or mistyped.
+var (
+	_ [64 - unsafe.Sizeof(iocb{})]byte
+	_ [unsafe.Sizeof(iocb{}) - 64]byte
+	_ [32 - unsafe.Sizeof(ioEvent{})]byte
+	_ [unsafe.Sizeof(ioEvent{}) - 32]byte
+)
 
 // ioEvent is struct io_event.
 type ioEvent struct {

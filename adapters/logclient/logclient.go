@@ -42,7 +42,7 @@ func New(server, host, token string, hc *http.Client) (*Client, error) {
 		return nil, fmt.Errorf("server URL %q: %w", server, err)
 	}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("server URL %q: want http://HOST[:PORT] or https://...", server)
+		return nil, fmt.Errorf("server URL %q: want http://HOST[:PORT] or https://HOST[:PORT]", server)
 	}
 	if hc == nil {
 		hc = http.DefaultClient

@@ -87,7 +87,7 @@ func TestClockFollowsALocalJump(t *testing.T) {
 	c := openClock(t, s, postgres.ClockOptions{Local: local.now, Every: 50 * time.Millisecond})
 	local.set(-10 * time.Second)
 	deadline := time.Now().Add(5 * time.Second)
-	for !within(c.Now().Sub(time.Now()), 0, 5*time.Millisecond) {
+	for !within(time.Until(c.Now()), 0, 5*time.Millisecond) {
 		if time.Now().After(deadline) {
 			offset, bound := c.Offset()
 			t.Fatalf("after a jump of the local clock by -10 s, offset %v ± %v; want about +10 s", offset, bound)
@@ -160,8 +160,8 @@ func TestClockCloseAndUnreachable(t *testing.T) {
 		wg.Go(c.Close)
 	}
 	wg.Wait()
-	if !within(c.Now().Sub(time.Now()), 0, 5*time.Millisecond) {
-		t.Errorf("Now after Close is %v off the local clock", c.Now().Sub(time.Now()))
+	if !within(time.Until(c.Now()), 0, 5*time.Millisecond) {
+		t.Errorf("Now after Close is %v off the local clock", time.Until(c.Now()))
 	}
 
 	down := mustOpen(t, pgtest.Database(t))

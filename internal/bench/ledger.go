@@ -175,7 +175,7 @@ func (l *ledger) verify() (LoadRun, error) {
 		}
 		seen[l.ids[i]] = i
 		if len(errs) > 10 {
-			errs = append(errs, errors.New("..."))
+			errs = append(errs, errors.New("and more, not listed"))
 			break
 		}
 	}

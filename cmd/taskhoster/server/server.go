@@ -533,7 +533,9 @@ var HTTPModule = fx.Module("httpapi",
 			OnStart: func(context.Context) error {
 				return listen(srv, cfg.Addr, "api", cfg.MaxConns, logger, func() { ready.Store(true) })
 			},
-			OnStop: func(ctx context.Context) error {
+			// The requests get ShutdownGrace of their own, well inside
+			// fx's StopTimeout, so the hooks after this one still run.
+			OnStop: func(context.Context) error {
 				ready.Store(false)
 				svc.Drain()
 				ctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
