@@ -198,12 +198,13 @@ func (s *Service) claimSubscribed(ctx context.Context, q *domain.Queue, worker s
 		}
 		return fail(fmt.Errorf("claim in %s/%s: %w", q.Host, q.Name, err))
 	}
-	// On a queue that bounds attempts, the count must outlast a crash: a
-	// claim lost with it would let the task be handed out once too often.
-	if q.Settings.MaxAttempts > 0 {
-		if err := s.syncer.Sync(ctx); err != nil {
-			return fail(fmt.Errorf("claim %s: %w", t.ID, err))
-		}
+	// A claim is durable before it is answered (SPEC §6), as every write
+	// the client is told of: its attempt count must outlast a crash (a
+	// claim lost with it would let a task be handed out once too often on
+	// a queue that bounds attempts), and the file store lets the task's
+	// pending copy go in this commit.
+	if err := s.syncer.Sync(ctx); err != nil {
+		return fail(fmt.Errorf("claim %s: %w", t.ID, err))
 	}
 	return t, sub, nil
 }

@@ -104,10 +104,10 @@ func TestPostIsFlushedAndLogged(t *testing.T) {
 	if diff := cmp.Diff([]domain.EventKind{domain.EventPosted}, f.log.Kinds(task.ID)); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
 	}
-	// A claim needs no flush.
+	// A claim is flushed before it is answered, as every write (SPEC §6).
 	f.claim(t, "w")
-	if f.sync.count() != 1 {
-		t.Errorf("claim flushed")
+	if f.sync.count() != 2 {
+		t.Errorf("claim flushed %d times, want once", f.sync.count()-1)
 	}
 }
 

@@ -74,8 +74,9 @@ type journal struct {
 	checkpoint func() error
 
 	mu      sync.Mutex
-	pending []byte // records not yet written
-	spare   []byte // the buffer the last commit wrote, reused
+	pending []byte   // records not yet written
+	after   []func() // to run once a commit holds the records added before them
+	spare   []byte   // the buffer the last commit wrote, reused
 
 	files [2]*os.File
 	aio   *asyncSyncer // their fdatasync
@@ -86,8 +87,20 @@ type journal struct {
 	// ckpt delivers the result of the checkpoint that began when cur was
 	// started; the other file may be reused only after it succeeded.
 	ckpt chan error
-	// uncovered says the other file's lap has no successful checkpoint yet.
-	uncovered bool
+	// failed is the first failed flush of what the records do not cover (a
+	// checkpoint, or the roots' owners' flush before a commit). It stays:
+	// after a failed writeback the kernel reports the error once and may
+	// drop the data, so a flush tried again can succeed with the data lost.
+	// Every later commit and settle fails with it, and a restart is needed
+	// (fail-stop, as PostgreSQL does after a failed fsync).
+	failed error
+
+	// unfinished append the records each new lap begins with (Root.Unfinished).
+	unfinished []func([]byte) []byte
+
+	// failWrite, when set (by tests), fails every write, as a full disc
+	// would.
+	failWrite error
 
 	// halfReset, when set (by tests), runs between reset's two writes; an
 	// error stops reset there, as a power loss would.
@@ -120,6 +133,14 @@ func openJournal(dir string, limit int64, checkpoint func() error, roots []strin
 		j.sizes[i] = fi.Size()
 	}
 	return j, nil
+}
+
+// afterCommit has fn run once a commit holds every record added before it
+// (Root.AfterCommit).
+func (j *journal) afterCommit(fn func()) {
+	j.mu.Lock()
+	j.after = append(j.after, fn)
+	j.mu.Unlock()
 }
 
 // add records a write (Root's Put, Remove and Append), to be made durable
@@ -163,38 +184,66 @@ func checksum(lap, payload []byte) uint32 {
 
 // commit makes every record added before the call durable: it writes them
 // at the end of the current file and fdatasyncs it. When the file is full
-// it first moves to the other one and starts a checkpoint.
-func (j *journal) commit() error {
+// it first moves to the other one and starts a checkpoint. before, if not
+// nil, runs once the records are taken and before they are written: what
+// it flushes (the files the records name but do not hold) then covers
+// every record written.
+func (j *journal) commit(before func() error) (after []func(), err error) {
+	if j.failed != nil {
+		return nil, j.failed
+	}
 	j.mu.Lock()
-	buf := j.pending
-	j.pending = j.spare[:0]
+	buf, after := j.pending, j.after
+	j.pending, j.after = j.spare[:0], nil
 	j.mu.Unlock()
 	if len(buf) == 0 {
 		j.spare = buf
-		return nil
+		return after, nil // their records are committed already
+	}
+	if before != nil {
+		if err := before(); err != nil {
+			j.failed = fmt.Errorf("flush before a journal commit failed; restart the server: %w", err)
+			j.putBack(buf, after)
+			return nil, j.failed
+		}
 	}
 	if j.off+int64(len(buf)) > j.limit && j.off > j.lapSize() {
-		if err := j.next(); err != nil {
-			j.putBack(buf)
-			return err
+		carried, err := j.next()
+		if err != nil {
+			j.putBack(buf, after)
+			return nil, err
 		}
+		buf = append(carried, buf...)
 	}
 	stamp(buf, j.lap)
 	if err := j.write(j.cur, buf, j.off); err != nil {
 		// The records may be half written: they end the lap at replay,
 		// and the next commit writes them again at the same place.
-		j.putBack(buf)
-		return err
+		j.putBack(buf, after)
+		return nil, err
 	}
 	j.off += int64(len(buf))
 	j.spare = buf
-	return nil
+	return after, nil
 }
 
-// putBack returns records whose write failed to the front of pending.
-func (j *journal) putBack(buf []byte) {
+// carried is the records of writes recorded but not yet done on disc
+// (Root.Unfinished), for a new lap to begin with: the checkpoint that lets
+// the older laps go began before those writes were done.
+func (j *journal) carried() []byte {
+	var b []byte
+	for _, list := range j.unfinished {
+		b = list(b)
+	}
+	return b
+}
+
+// putBack returns records whose write failed to the front of pending, and
+// what was to run after them to the front of after.
+func (j *journal) putBack(buf []byte, after []func()) {
 	j.mu.Lock()
 	j.pending = append(buf, j.pending...)
+	j.after = append(after, j.after...)
 	j.mu.Unlock()
 	j.spare = nil
 }
@@ -203,29 +252,30 @@ func (j *journal) putBack(buf []byte) {
 // the lap before the current one, which may be overwritten only once the
 // checkpoint begun when the current lap started has made its writes
 // durable; and a new checkpoint begins now for the current lap's writes.
-func (j *journal) next() error {
+// It returns the records of writes not yet done (carried), which the new
+// lap must begin with.
+func (j *journal) next() (carried []byte, err error) {
 	if j.ckpt != nil {
 		err := <-j.ckpt
 		j.ckpt = nil
-		j.uncovered = err != nil
-	}
-	if j.uncovered {
-		// The last checkpoint failed: try again, here and now.
-		if err := j.checkpoint(); err != nil {
-			return fmt.Errorf("journal checkpoint: %w", err)
+		if err != nil {
+			// The other file's lap is all that holds those writes now.
+			j.failed = fmt.Errorf("journal checkpoint failed; restart the server: %w", err)
+			return nil, j.failed
 		}
-		j.uncovered = false
 	}
 	other := 1 - j.cur
 	lap := j.lap + 1
 	if err := j.startLap(other, lap); err != nil {
-		return err
+		return nil, err
 	}
 	j.cur, j.lap, j.off = other, lap, j.lapSize()
+	// Listed before the checkpoint begins: a write done by then is covered.
+	carried = j.carried()
 	ckpt := make(chan error, 1)
 	j.ckpt = ckpt
 	go func() { ckpt <- j.checkpoint() }()
-	return nil
+	return carried, nil
 }
 
 // lapSize is the size of a lap record.
@@ -243,6 +293,9 @@ func (j *journal) startLap(i int, lap uint64) error {
 // the zeros written so far, the file first grows, with its own fdatasync:
 // so only one commit in many changes the file's size.
 func (j *journal) write(i int, b []byte, off int64) error {
+	if j.failWrite != nil {
+		return j.failWrite
+	}
 	f := j.files[i]
 	if end := off + int64(len(b)); end > j.sizes[i] {
 		size := max(end, j.sizes[i]+min(max(j.sizes[i], minGrow), maxGrow))
@@ -266,9 +319,10 @@ func (j *journal) write(i int, b []byte, off int64) error {
 	return nil
 }
 
-// reset forgets every record: call it once the writes they describe are
-// durable (after replay and a checkpoint at start-up, or after a last
-// checkpoint at a clean stop). It clears the lap record of the file with
+// reset forgets every record but carried (writes not yet done, see
+// Root.Unfinished), which the new lap begins with: call it once the writes
+// the others describe are durable (after replay and a checkpoint at
+// start-up, or after a last checkpoint at a clean stop). It clears the lap record of the file with
 // the older lap, then starts a new lap, numbered two after the newest, in
 // the file that held the newest; the files keep their size (and their
 // zeroed blocks).
@@ -277,10 +331,16 @@ func (j *journal) write(i int, b []byte, off int64) error {
 // replays to the last recorded state of every file it names, which is what
 // the disc durably holds by now; the older lap alone would take those files
 // back to older states.
-func (j *journal) reset() error {
+func (j *journal) reset(carried []byte) error {
 	if j.ckpt != nil {
-		<-j.ckpt
+		err := <-j.ckpt
 		j.ckpt = nil
+		if err != nil {
+			j.failed = fmt.Errorf("journal checkpoint failed; restart the server: %w", err)
+		}
+	}
+	if j.failed != nil {
+		return j.failed
 	}
 	var newest uint64
 	keep := 0
@@ -301,21 +361,37 @@ func (j *journal) reset() error {
 	}
 	// Two laps on: a lap left in the other file by an earlier run can never
 	// look like the one before this.
-	j.cur, j.lap, j.off, j.uncovered = keep, newest+2, j.lapSize(), false
+	j.cur, j.lap, j.off = keep, newest+2, j.lapSize()
 	if err := j.startLap(keep, j.lap); err != nil {
 		return err
 	}
-	return syncDir(j.dir)
+	if err := syncDir(j.dir); err != nil {
+		return err
+	}
+	if len(carried) > 0 {
+		stamp(carried, j.lap)
+		if err := j.write(j.cur, carried, j.off); err != nil {
+			return fmt.Errorf("reset journal: %w", err)
+		}
+		j.off += int64(len(carried))
+	}
+	return nil
 }
 
 // settle makes every write so far durable with a checkpoint, then forgets
 // the records (reset): at start-up after replay, and at a clean stop, so
 // that the next start has nothing to replay.
 func (j *journal) settle() error {
-	if err := j.checkpoint(); err != nil {
-		return fmt.Errorf("journal checkpoint: %w", err)
+	if j.failed != nil {
+		return j.failed
 	}
-	return j.reset()
+	// Listed before the checkpoint begins: a write done by then is covered.
+	carried := j.carried()
+	if err := j.checkpoint(); err != nil {
+		j.failed = fmt.Errorf("journal checkpoint failed; restart the server: %w", err)
+		return j.failed
+	}
+	return j.reset(carried)
 }
 
 // close closes the files; records not committed are lost (they were never

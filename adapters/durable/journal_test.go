@@ -2,6 +2,7 @@ package durable
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -74,7 +75,7 @@ func (r *rig) open(limit int64) (*Syncer, int, int) {
 func (r *rig) start(limit int64) *Syncer {
 	r.t.Helper()
 	j, _, _ := r.open(limit)
-	if err := j.journal.reset(); err != nil {
+	if err := j.journal.reset(nil); err != nil {
 		r.t.Fatal(err)
 	}
 	return j
@@ -282,28 +283,74 @@ func TestLapsTakeTurnsBehindCheckpoints(t *testing.T) {
 	}
 }
 
-// TestFailedCheckpointHoldsTheOtherFile: while no checkpoint has covered the
-// older lap, a commit that needs its file tries the checkpoint again and
-// fails rather than overwrite it.
-func TestFailedCheckpointHoldsTheOtherFile(t *testing.T) {
+// TestAFailedCheckpointStopsCommits: once a checkpoint has failed, no
+// commit overwrites the lap it was to cover, nor goes on at all, even when
+// a checkpoint tried again would succeed (after a failed writeback the
+// kernel reports the error once and may have dropped the data): every
+// commit and Settle fails until a restart, and the records of both laps
+// are still there to replay.
+func TestAFailedCheckpointStopsCommits(t *testing.T) {
 	r := newRig(t)
 	const limit = 2 << 10
 	j := r.start(limit)
 	r.failCheckpoints(errors.New("disc gone"))
 	pad := bytes.Repeat([]byte("x"), 900)
 	var err error
-	for i := 0; i < 20 && err == nil; i++ {
-		j.Root(Items).Put(fmt.Sprintf("%d.json", i), pad)
+	i := 0
+	for ; i < 20 && err == nil; i++ {
+		r.put(j, Items, fmt.Sprintf("%d.json", i), pad)
 		err = j.commit()
 	}
 	if err == nil {
 		t.Fatal("commits went on with no checkpoint ever succeeding")
 	}
-	lap := j.journal.lap
 	r.failCheckpoints(nil)
-	mustCommit(t, j) // the record put back is written now
-	if j.journal.lap != lap+1 {
-		t.Errorf("lap %d after the checkpoint came back, want %d", j.journal.lap, lap+1)
+	j.Root(Items).Put("later.json", pad)
+	if err := j.commit(); err == nil {
+		t.Error("a commit after a failed checkpoint succeeded")
+	}
+	if err := j.Settle(); err == nil {
+		t.Error("Settle after a failed checkpoint succeeded")
+	}
+	_ = j.Close()
+	// Every committed write is still in the journal: the power goes, the
+	// files are lost, and replay brings each back.
+	for n := range i - 1 {
+		_ = os.Remove(r.path(Items, fmt.Sprintf("%d.json", n)))
+	}
+	r.open(limit)
+	for n := range i - 1 {
+		if got, _ := r.read(Items, fmt.Sprintf("%d.json", n)); got != string(pad) {
+			t.Errorf("%d.json not replayed after the failed checkpoint", n)
+		}
+	}
+}
+
+// TestAFailedFlushBeforeACommitStopsCommits: when what the records name but
+// do not hold (archived payloads) cannot be flushed, the records are not
+// written, and no later commit writes them either.
+func TestAFailedFlushBeforeACommitStopsCommits(t *testing.T) {
+	r := newRig(t)
+	j := r.start(DefaultLimit)
+	fail := errors.New("archive gone")
+	flushes := 0
+	j.Root(Logs).BeforeCommit(func() error {
+		flushes++
+		if flushes == 1 {
+			return fail
+		}
+		return nil
+	})
+	j.Root(Logs).Append("tasks/d.jsonl", 0, []byte("line\n"))
+	if err := j.commit(); !errors.Is(err, fail) {
+		t.Fatalf("commit = %v, want the flush's error", err)
+	}
+	if err := j.commit(); err == nil {
+		t.Error("a commit after a failed flush succeeded")
+	}
+	_ = j.Close()
+	if _, records, _ := r.open(DefaultLimit); records != 0 {
+		t.Errorf("replayed %d records whose flush failed", records)
 	}
 }
 
@@ -347,7 +394,7 @@ func TestResetClearsTheOlderLapFirst(t *testing.T) {
 	// The power goes after Reset's first write.
 	cut := errors.New("power cut")
 	j.journal.halfReset = func() error { return cut }
-	if err := j.journal.reset(); !errors.Is(err, cut) {
+	if err := j.journal.reset(nil); !errors.Is(err, cut) {
 		t.Fatalf("reset: %v", err)
 	}
 	_ = j.Close()
@@ -490,4 +537,79 @@ func mustRead(t *testing.T, r *rig, root RootName, rel string) string {
 		t.Fatalf("%s/%s is missing", root, rel)
 	}
 	return got
+}
+
+// TestUnfinishedWritesOutliveLapsAndSettle: a write recorded before it is
+// done on disc (a move's source still to retire, a rewrite still to
+// rename) is recorded again by every lap that begins before it is done,
+// so that neither the checkpoints behind lap changes nor a Settle lose it:
+// were the power to go, replay still does it.
+func TestUnfinishedWritesOutliveLapsAndSettle(t *testing.T) {
+	r := newRig(t)
+	const limit = 2 << 10
+	j := r.start(limit)
+	r.write(Items, "h/q/pending/a.json", []byte(`{"a":"stale"}`))
+	r.write(Items, "h/q/processing/b.json", []byte(`{"b":"old"}`))
+	j.Root(Items).Unfinished(func(put func(string, []byte), remove func(string)) {
+		remove("h/q/pending/a.json")
+		put("h/q/processing/b.json", []byte(`{"b":"new"}`))
+	})
+	j.Root(Items).Remove("h/q/pending/a.json")
+	j.Root(Items).Put("h/q/processing/b.json", []byte(`{"b":"new"}`))
+	mustCommit(t, j)
+	startLap := j.journal.lap
+	for i := 0; j.journal.lap < startLap+3; i++ {
+		j.Root(Items).Put(fmt.Sprintf("n/%d.json", i), bytes.Repeat([]byte("z"), 500))
+		mustCommit(t, j)
+	}
+	if err := j.Settle(); err != nil {
+		t.Fatal(err)
+	}
+	_ = j.Close()
+
+	r.open(limit)
+	if got, ok := r.read(Items, "h/q/pending/a.json"); ok {
+		t.Errorf("pending/a.json = %q after replay; its removal was lost with its lap", got)
+	}
+	if got, _ := r.read(Items, "h/q/processing/b.json"); got != `{"b":"new"}` {
+		t.Errorf("processing/b.json = %q after replay, want the unfinished rewrite", got)
+	}
+}
+
+// TestAfterCommitRunsOnceItsRecordsAreDurable: what AfterCommit is given
+// runs in the commit that holds the records added before it, before that
+// commit's Sync returns; not before; and after a commit that failed, only
+// with the one that writes those records at last.
+func TestAfterCommitRunsOnceItsRecordsAreDurable(t *testing.T) {
+	r := newRig(t)
+	j := r.start(DefaultLimit)
+	var ran []int64
+	j.Root(Items).Put("a.json", []byte(`{}`))
+	j.Root(Items).AfterCommit(func() { ran = append(ran, j.journal.off) })
+	if len(ran) != 0 {
+		t.Fatal("ran before any commit")
+	}
+	before := j.journal.off
+	if err := j.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(ran) != 1 || ran[0] <= before {
+		t.Fatalf("ran %v after Sync; want once, with the record written past offset %d", ran, before)
+	}
+
+	// A commit that fails keeps both for the next.
+	j.journal.failWrite = errors.New("disc full")
+	j.Root(Items).Put("b.json", []byte(`{}`))
+	j.Root(Items).AfterCommit(func() { ran = append(ran, j.journal.off) })
+	if err := j.commit(); err == nil {
+		t.Fatal("commit succeeded with its write failing")
+	}
+	if len(ran) != 1 {
+		t.Fatalf("ran %v after a failed commit", ran)
+	}
+	j.journal.failWrite = nil
+	mustCommit(t, j)
+	if len(ran) != 2 {
+		t.Fatalf("ran %v after the commit that wrote the record", ran)
+	}
 }

@@ -204,12 +204,52 @@ func (r *Root) Remove(path string) { r.add(opRemove, path, 0, nil) }
 // appended to a log).
 func (r *Root) Append(path string, off int64, data []byte) { r.add(opAppend, path, off, data) }
 
-// BeforeCommit has flush run before every commit, for what the folder's
-// owner writes without recording it (the event log's archived payloads):
-// it is durable before any record naming it is. Call it before serving.
+// BeforeCommit has flush run in every commit, once its records are taken
+// and before they are written, for what the folder's owner writes without
+// recording it (the event log's archived payloads): it is durable before
+// any record naming it is. Call it before serving.
 func (r *Root) BeforeCommit(flush func() error) {
 	r.s.beforeCommit = append(r.s.beforeCommit, flush)
 }
+
+// Unfinished has every new lap begin with the writes list names: writes
+// recorded before their file operation is done (a move's retired source, a
+// rewrite committed before its rename). A checkpoint lets the laps before
+// it go, which is right only for writes the disc had begun to hold when it
+// began; so the new lap records these again. list runs under the journal's
+// commit, and must not wait for a commit. Call it before serving.
+func (r *Root) Unfinished(list func(put func(path string, data []byte), remove func(path string))) {
+	if r.s.journal == nil {
+		return
+	}
+	r.s.journal.unfinished = append(r.s.journal.unfinished, func(b []byte) []byte {
+		list(func(path string, data []byte) {
+			b = appendRecord(b, record{Op: opPut, Root: r.index, Path: path, Data: data})
+		}, func(path string) {
+			b = appendRecord(b, record{Op: opRemove, Root: r.index, Path: path})
+		})
+		return b
+	})
+}
+
+// AfterCommit has fn run once a commit holds every record added before the
+// call, before the callers of Sync that commit serves return; under --sync
+// none, at once. fn runs on the committing goroutine: it must be short and
+// must not wait for a commit.
+func (r *Root) AfterCommit(fn func()) {
+	if !r.s.record || r.s.journal == nil {
+		fn()
+		return
+	}
+	r.s.journal.afterCommit(fn)
+}
+
+// Recording says whether the root's writes are recorded (--sync always).
+func (r *Root) Recording() bool { return r.s.record }
+
+// Sync is Syncer.Sync: it returns once every record added before the call
+// is durable.
+func (r *Root) Sync(ctx context.Context) error { return r.s.Sync(ctx) }
 
 // Replay and Settle are the whole journal's, not the root's: the items
 // folder's store calls them, as the one that holds the folders' lock.
@@ -258,20 +298,35 @@ func (s *Syncer) Settle() error {
 	return nil
 }
 
-// commit is one group commit: the roots' owners flush what they wrote
-// beside their records, then the journal writes and fdatasyncs the records
-// added since the last commit.
+// commit is one group commit: the journal takes the records added since
+// the last commit, the roots' owners flush what they wrote beside those
+// records, then the journal writes and fdatasyncs them, and what was to run
+// after those records runs (AfterCommit). A failed flush, or a failed
+// checkpoint, fails this commit and every later one (journal.failed).
 func (s *Syncer) commit() error {
-	var errs []error
-	for _, flush := range s.beforeCommit {
-		errs = append(errs, flush())
-	}
 	s.commitMu.Lock()
-	defer s.commitMu.Unlock()
-	if s.journal != nil {
-		errs = append(errs, s.journal.commit())
+	if s.journal == nil {
+		s.commitMu.Unlock()
+		return nil
 	}
-	return errors.Join(errs...)
+	after, err := s.journal.commit(s.flushOwners)
+	s.commitMu.Unlock()
+	// Before the callers this commit serves are woken.
+	for _, fn := range after {
+		fn()
+	}
+	return err
+}
+
+// flushOwners runs the roots' owners' flushes (BeforeCommit) for a commit
+// whose records are taken: each covers what those records name.
+func (s *Syncer) flushOwners() error {
+	for _, flush := range s.beforeCommit {
+		if err := flush(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // FlushObserver is told of every flush, for metrics (metrics.Metrics): how

@@ -373,12 +373,25 @@ func TestRecoverCorrupt(t *testing.T) {
 		{"pending", taskID(6) + ".json", "garbage"},                                  // corrupt twice:
 		{"done", taskID(6) + ".json", "more garbage"},                                // the names must not collide
 		{"processing", taskID(7) + ".json", record(t, taskID(7), domain.Processing)}, // a good one
+		// What a power loss can leave of a move: the destination's data
+		// never written, or the source's name pointing at a spare's new
+		// record. The task lives in its other copy: no failed event.
+		{"pending", taskID(8) + ".json", record(t, taskID(8), domain.Pending)},
+		{"processing", taskID(8) + ".json", ""},
+		{"pending", taskID(10) + ".json", record(t, taskID(11), domain.Processing)},
+		{"processing", taskID(10) + ".json", record(t, taskID(10), domain.Processing)},
 	}
 	writeFiles(t, dir, files)
 
 	s := mustOpen(t, dir)
 	p := host + "/" + queue + "/"
-	want := map[string]string{p + "processing/" + taskID(7) + ".json": files[7].content}
+	want := map[string]string{
+		p + "processing/" + taskID(7) + ".json":  files[7].content,
+		p + "pending/" + taskID(8) + ".json":     files[8].content,
+		p + "corrupt/" + taskID(8) + ".json":     files[9].content,
+		p + "corrupt/" + taskID(10) + ".json":    files[10].content,
+		p + "processing/" + taskID(10) + ".json": files[11].content,
+	}
 	for _, f := range files[:6] {
 		want[p+"corrupt/"+f.name] = f.content
 	}
@@ -408,8 +421,13 @@ func TestRecoverCorrupt(t *testing.T) {
 			t.Errorf("corrupt task %s is in the index: %v", taskID(n), err)
 		}
 	}
-	if got := s.Counts(ref); got != (ports.Counts{Processing: 1}) {
-		t.Errorf("counts = %+v, want the one good task", got)
+	for _, n := range []int{8, 10} {
+		if _, err := s.Get(context.Background(), keyOf(taskID(n))); err != nil {
+			t.Errorf("task %s, good in one state, is not in the index: %v", taskID(n), err)
+		}
+	}
+	if got := s.Counts(ref); got.Pending != 1 || got.Processing != 2 || got.Done != 0 {
+		t.Errorf("counts = %+v, want the three good tasks", got)
 	}
 
 	// Nothing is recovered twice: a second start finds a clean folder.

@@ -1,15 +1,19 @@
 package fsstore
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"go.uber.org/zap"
 
 	"github.com/taskhoster/taskhoster/adapters/index"
 	"github.com/taskhoster/taskhoster/domain"
@@ -53,6 +57,10 @@ type files struct {
 	tempSeq   atomic.Uint64 // names temp files
 	// journal, if any, records every write once it is done (journal.go).
 	journal Journal
+	// pending holds the writes recorded before they are done (a pending
+	// by path, Put).
+	pending sync.Map
+	log     *zap.Logger
 }
 
 var _ index.Persister = (*files)(nil)
@@ -76,11 +84,55 @@ func (f *files) relPath(t domain.Task) string {
 // Put writes t's file. A move between states writes the destination and then
 // retires the source (spares.go): a crash in between leaves two copies, and
 // the start-up scan keeps the one in the later state.
+//
+// Under a recording journal, nothing that may be a task's only durable
+// record is destroyed before a commit holds the record that replaces it. A
+// file written since the last checkpoint is durable through its journal
+// record alone, and the disc may keep a rename without the data renamed
+// (ext4 orders neither a spare's overwrite nor a new file's delayed
+// allocation before a rename onto nothing, and ext4 without a journal
+// orders nothing): a power loss could leave the destination empty, or
+// holding another task's old record, with the source gone and no record to
+// restore either. So a move forward retires its source in the commit that
+// holds its records, before that commit's callers are answered
+// (AfterCommit); a move back commits, then retires its source, before it
+// returns (the scan would keep its source, the later state, were it left);
+// and a rewrite in place commits its record before its rename (rewrite).
 func (f *files) Put(old *domain.Task, t domain.Task, data []byte) error {
 	if err := f.usable(); err != nil {
 		return err
 	}
+	if err := f.awaitPending(f.path(t)); err != nil {
+		return err
+	}
 	moved := old != nil && old.Status.Dir() != t.Status.Dir()
+	if f.recording() {
+		if old != nil && !moved {
+			return f.rewrite(t, data)
+		}
+		if err := f.write(t, data, old == nil, moved); err != nil {
+			return err
+		}
+		var retired chan struct{}
+		if moved {
+			retired = f.unfinished(f.path(*old), f.relPath(*old), nil)
+		}
+		f.journal.Put(f.relPath(t), data)
+		if !moved {
+			return nil
+		}
+		ref, src := domain.KeyOf(t).Ref(), f.path(*old)
+		f.journal.Remove(f.relPath(*old))
+		if backward(*old, t) {
+			defer f.finish(src, retired)
+			if err := f.journal.Sync(context.Background()); err != nil {
+				return err // src stays, and the scan keeps it
+			}
+			return f.retire(ref, src)
+		}
+		f.journal.AfterCommit(func() { f.retireCommitted(ref, src, retired) })
+		return nil
+	}
 	if err := f.write(t, data, old == nil, moved); err != nil {
 		return err
 	}
@@ -94,18 +146,117 @@ func (f *files) Put(old *domain.Task, t domain.Task, data []byte) error {
 			return err
 		}
 	}
-	if f.journal != nil {
-		f.journal.Put(f.relPath(t), data)
-		if moved {
-			f.journal.Remove(f.relPath(*old))
+	return nil
+}
+
+// recording says whether writes go to a journal that records them (--sync
+// always); a journal that does not only held what an earlier run left.
+func (f *files) recording() bool { return f.journal != nil && f.journal.Recording() }
+
+// backward reports whether a move from old to t goes back in the lifecycle
+// (a re-queue, a retry): after a crash the start-up scan keeps the copy in
+// the later state, for such a move the old one.
+func backward(old, t domain.Task) bool {
+	return slices.Index(domain.Dirs, t.Status.Dir()) < slices.Index(domain.Dirs, old.Status.Dir())
+}
+
+// pending is a write recorded in the journal before it is done on disc:
+// a move's source to retire (data nil), or a rewrite's new record. Each
+// new lap of the journal records it again until it is done (listPending).
+type pending struct {
+	rel  string // the path inside the items folder, as the journal has it
+	data []byte // a rewrite's record; nil: the file goes
+	done chan struct{}
+}
+
+// unfinished notes a write to path about to be recorded, before its record
+// is added, so that no lap begins without it. finish, with the channel it
+// returns, ends it.
+func (f *files) unfinished(path, rel string, data []byte) chan struct{} {
+	done := make(chan struct{})
+	f.pending.Store(path, pending{rel: rel, data: data, done: done})
+	return done
+}
+
+// finish ends the pending write to path that done belongs to.
+func (f *files) finish(path string, done chan struct{}) {
+	f.pending.Delete(path)
+	close(done)
+}
+
+// listPending is the store's Journal.Unfinished list.
+func (f *files) listPending(put func(path string, data []byte), remove func(path string)) {
+	f.pending.Range(func(_, v any) bool {
+		if p := v.(pending); p.data == nil {
+			remove(p.rel)
+		} else {
+			put(p.rel, p.data)
 		}
+		return true
+	})
+}
+
+// retireCommitted retires src, a moved task's old file, once a commit holds
+// the move's records; it runs on the committing goroutine (AfterCommit).
+func (f *files) retireCommitted(ref domain.QueueRef, src string, done chan struct{}) {
+	defer f.finish(src, done)
+	if f.closed.Load() {
+		return // the folder may be another process's now
 	}
+	if err := f.retire(ref, src); err != nil {
+		f.log.Error("a move left its source: cannot retire it", zap.String("path", src), zap.Error(err))
+	}
+}
+
+// awaitPending returns once no write to path is pending: a move's source
+// still to retire holds the old record of the task about to be written
+// there, and goes first, with a commit.
+func (f *files) awaitPending(path string) error {
+	p, ok := f.pending.Load(path)
+	if !ok {
+		return nil
+	}
+	if err := f.journal.Sync(context.Background()); err != nil {
+		return err
+	}
+	<-p.(pending).done
+	return nil
+}
+
+// rewrite replaces t's file in its directory under a recording journal: a
+// temp file, the record committed, then the rename over the old file (see
+// Put). A crash before the rename leaves the old file, which replay
+// overwrites from the committed record after a power loss.
+func (f *files) rewrite(t domain.Task, data []byte) error {
+	ref := domain.KeyOf(t).Ref()
+	dst := f.path(t)
+	tmp, fd, err := f.createTemp(filepath.Dir(dst), t.ID, data)
+	if err != nil {
+		return unavailable("create temp file", err)
+	}
+	done := f.unfinished(dst, f.relPath(t), data)
+	defer f.finish(dst, done)
+	f.journal.Put(f.relPath(t), data)
+	if err := f.journal.Sync(context.Background()); err != nil {
+		_ = syscall.Close(fd)
+		_ = os.Remove(tmp)
+		return err
+	}
+	if err := rename(tmp, dst); err != nil {
+		_ = syscall.Close(fd)
+		_ = os.Remove(tmp)
+		return unavailable("write task "+t.ID, err)
+	}
+	f.place(ref, dst, fd, len(data), !t.Status.Terminal())
 	return nil
 }
 
 // Remove deletes t's file (retires it, spares.go).
 func (f *files) Remove(t domain.Task) error {
 	if err := f.usable(); err != nil {
+		return err
+	}
+	if err := f.awaitPending(f.path(t)); err != nil {
 		return err
 	}
 	if err := f.retire(domain.KeyOf(t).Ref(), f.path(t)); err != nil {
@@ -145,8 +296,8 @@ func (f *files) ensureDirs(ref domain.QueueRef) error {
 // or the new one and never half of one. When the destination does not
 // exist (post: a new task; moved: a move to another state) a spare of the
 // queue serves as the temp file. A rewrite in place uses a new temp file,
-// renamed over the old one, which ext4 makes safe against a crash before
-// the data is flushed. The file stays open for its next write unless the
+// renamed over the old one (under a recording journal, rewrite does that).
+// The file stays open for its next write unless the
 // task is finished (spares.go). It does not fsync; Syncer does, for many
 // writes at once.
 func (f *files) write(t domain.Task, data []byte, post, moved bool) error {
@@ -168,16 +319,23 @@ func (f *files) write(t domain.Task, data []byte, post, moved bool) error {
 		_ = os.Remove(tmp) // best effort: the start-up scan removes it otherwise
 		return unavailable("write task "+t.ID, err)
 	}
+	f.place(ref, dst, fd, len(data), keep)
+	return nil
+}
+
+// place keeps fd, a temp file of n bytes just renamed to dst, open for the
+// next write when keep says so, or closes it; either way it lets go of the
+// file dst held before.
+func (f *files) place(ref domain.QueueRef, dst string, fd, n int, keep bool) {
 	if keep {
 		f.held.Add(1)
-		f.hold(ref, dst, fd, int64(len(data)))
-		return nil
+		f.hold(ref, dst, fd, int64(n))
+		return
 	}
 	_ = syscall.Close(fd)
 	if h := f.forget(ref, dst); h.fd >= 0 { // the file it replaced
 		f.release(h.fd)
 	}
-	return nil
 }
 
 // createTemp writes data to a new temp file for task id in dir and returns

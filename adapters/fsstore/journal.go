@@ -1,6 +1,8 @@
 package fsstore
 
 import (
+	"context"
+
 	"go.uber.org/zap"
 )
 
@@ -18,6 +20,16 @@ type Journal interface {
 	// holds data; Remove, that it is gone.
 	Put(path string, data []byte)
 	Remove(path string)
+	// Recording says whether Put and Remove record anything; Sync returns
+	// once what they recorded before the call is durable (a commit).
+	Recording() bool
+	Sync(ctx context.Context) error
+	// AfterCommit has fn run once a commit holds every record added
+	// before the call, before the Syncs that commit serves return.
+	AfterCommit(fn func())
+	// Unfinished has every new lap of the journal record again the writes
+	// list names: recorded, but not yet done on disc.
+	Unfinished(list func(put func(path string, data []byte), remove func(path string)))
 	// Replay rewrites the files a power loss may have cut from their
 	// records, before the scan reads them. The store calls it (and
 	// Settle) as the one that holds the folders' lock.
@@ -31,7 +43,10 @@ type Journal interface {
 // j before it reads the folder, which restores any file whose data a power
 // loss took, then settles it; Close settles it again.
 func WithJournal(j Journal) Option {
-	return func(s *Store) { s.files.journal = j }
+	return func(s *Store) {
+		s.files.journal = j
+		j.Unfinished(s.files.listPending)
+	}
 }
 
 // replayJournal rewrites from the journal the files it describes, before

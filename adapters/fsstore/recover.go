@@ -1,12 +1,14 @@
 package fsstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,7 +76,26 @@ func (s *Store) load(index *index.Store) error {
 			}
 		}
 	}
+	s.recovered = s.leftovers(index, s.recovered)
 	return nil
+}
+
+// leftovers drops from recovered the files of tasks that the scan found a
+// good copy of in another state: what a move interrupted by a power loss
+// left, a destination whose data never reached the disc or a source
+// renamed aside too late, whose inode a spare's new record overwrote. The
+// task lives, so no "failed" event is due for it; the file stays in
+// corrupt/ all the same.
+func (s *Store) leftovers(index *index.Store, recovered []Corrupt) []Corrupt {
+	return slices.DeleteFunc(recovered, func(c Corrupt) bool {
+		t, err := index.Get(context.Background(), domain.Key{Host: c.Host, Queue: c.Queue, ID: c.ID})
+		if err != nil {
+			return false
+		}
+		s.log.Info("a moved task's other copy was unusable; the task lives",
+			zap.String("path", c.Path), zap.String("status", string(t.Status)))
+		return true
+	})
 }
 
 // scan lists every host, queue and state directory, removes leftover temp

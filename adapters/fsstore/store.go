@@ -12,6 +12,7 @@
 package fsstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -57,6 +58,7 @@ func Open(dir string, opts ...Option) (*Store, error) {
 	for _, o := range opts {
 		o(s)
 	}
+	s.files.log = s.log
 	if err := os.MkdirAll(dir, dirMode); err != nil {
 		return nil, fmt.Errorf("open items folder: %w", err)
 	}
@@ -91,11 +93,19 @@ func (s *Store) Recovered() []Corrupt { return slices.Clone(s.recovered) }
 // Close releases the items folder for another process. The store refuses
 // writes afterwards.
 func (s *Store) Close() error {
+	if s.files.closed.Load() {
+		return nil
+	}
+	// A commit first, for the moves whose sources go with one: a clean
+	// stop leaves each task in one state directory.
+	var errs []error
+	if s.files.recording() {
+		errs = append(errs, s.files.journal.Sync(context.Background()))
+	}
 	if s.files.closed.Swap(true) {
 		return nil
 	}
 	s.files.dropSpares()
-	var errs []error
 	// Every write is made durable now, so the next start has no journal
 	// to replay.
 	errs = append(errs, s.settleJournal())
