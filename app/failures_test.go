@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -199,5 +200,34 @@ func TestADelayCountsFromPostedAt(t *testing.T) {
 		if task.NotBefore == nil || *task.NotBefore-task.PostedAt != 30_000 {
 			t.Errorf("task %s: notBefore %v, postedAt %d: want postedAt + 30 000 ms", task.ID, task.NotBefore, task.PostedAt)
 		}
+	}
+}
+
+// TestARetriedTimeoutGetsAWholeQueueSecondsAgain: a task that timed out and
+// is retried long after its post is not failed again by the next sweep; it
+// times out only queueSeconds after the retry. The event log says so.
+func TestARetriedTimeoutGetsAWholeQueueSecondsAgain(t *testing.T) {
+	s := domain.DefaultSettings()
+	s.QueueSeconds = 10
+	w := newWorld(t, s)
+	id := w.post().ID
+	w.sweepAfter(11 * time.Second)
+	w.sweepAfter(time.Hour)
+	w.retry(id)
+	w.sweepAfter(time.Second)
+	if got, err := w.repo.Get(w.ctx, domain.KeyOf(domain.Task{Host: w.q.Host, Queue: w.q.Name, ID: id})); err != nil || got.Status != domain.Pending {
+		t.Fatalf("a second after its retry the task is %v (%v), want pending", got.Status, err)
+	}
+	w.sweepAfter(10 * time.Second)
+	var kinds []string
+	for _, line := range w.lines() {
+		var ev struct{ Event string }
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatal(err)
+		}
+		kinds = append(kinds, ev.Event)
+	}
+	if want := []string{"posted", "timeout", "retried", "timeout"}; !slices.Equal(kinds, want) {
+		t.Errorf("events %v, want %v", kinds, want)
 	}
 }

@@ -256,8 +256,12 @@ func (t Task) Cancel(now time.Time) (Task, Event, error) {
 }
 
 // Retry puts a failed task back to pending with a fresh attempts budget:
-// attempts 0, no error, failure, lease, finish, fetch or delay; the item and
-// the priority unchanged. Its history stays in the event log.
+// attempts 0, no error, failure, lease, finish or fetch; the item and the
+// priority unchanged. Its history stays in the event log. It is claimable
+// at once, with notBefore now: the queue timeout counts from notBefore, so
+// a task that timed out, or a dead letter older than queueSeconds, gets a
+// whole queueSeconds again rather than timing out at the next sweep; and it
+// queues behind the tasks already waiting.
 func (t Task) Retry(now time.Time) (Task, Event, error) {
 	if t.Status != Failed {
 		return t, Event{}, ErrNotFailed
@@ -265,7 +269,8 @@ func (t Task) Retry(now time.Time) (Task, Event, error) {
 	t.Status = Pending
 	t.Attempts = 0
 	t.Error, t.Failure, t.Lease = nil, nil, nil
-	t.FinishedAt, t.FetchedAt, t.NotBefore = nil, nil, nil
+	t.FinishedAt, t.FetchedAt = nil, nil
+	t.NotBefore = ptr(Millis(now))
 	t.UpdatedAt = Millis(now)
 	return t, Event{Kind: EventRetried, At: now, Task: t}, nil
 }

@@ -55,8 +55,9 @@ func TestRetryOfADeadLetter(t *testing.T) {
 	}
 	want := mustPost(t)
 	want.UpdatedAt = ms(4 * time.Second)
+	want.NotBefore = ptr(ms(4 * time.Second))
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("a retried task is as posted but for updatedAt (-want +got):\n%s", diff)
+		t.Errorf("a retried task is as posted but for updatedAt and notBefore (-want +got):\n%s", diff)
 	}
 	if ev.Kind != EventRetried {
 		t.Errorf("event %s", ev.Kind)
@@ -74,6 +75,27 @@ func TestRetryOfADeadLetter(t *testing.T) {
 	bad.Attempts = 1
 	if err := CheckTransition(task, bad); err == nil {
 		t.Error("a retry that keeps attempts was let through")
+	}
+	// And it starts the queue timeout again: a task that timed out, retried
+	// a day later, is not due at the next sweep, but a whole queueSeconds on.
+	s := Settings{QueueSeconds: 60}
+	old := mustPost(t)
+	timedOut := old.end(Failed, at(time.Minute+time.Second))
+	timedOut.Error = ptr(TimeoutError)
+	retried, _, err := timedOut.Retry(at(24 * time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if due := DueAt(retried, s, at(24*time.Hour+time.Second)); due != DueNothing {
+		t.Errorf("a task retried a second ago is due for %v", due)
+	}
+	if due := DueAt(retried, s, at(24*time.Hour+61*time.Second)); due != DueTimeout {
+		t.Errorf("a retried task left queueSeconds is due for %v, want a timeout", due)
+	}
+	bad = retried
+	bad.NotBefore = nil
+	if err := CheckTransition(timedOut, bad); err == nil {
+		t.Error("a retry that leaves the queue timeout running from the post was let through")
 	}
 }
 

@@ -103,8 +103,10 @@ var (
 			switch {
 			case next.Attempts != 0:
 				return "leaves attempts, want 0"
-			case next.Error != nil || next.Failure != nil || next.Lease != nil || next.FinishedAt != nil || next.FetchedAt != nil || next.NotBefore != nil:
+			case next.Error != nil || next.Failure != nil || next.Lease != nil || next.FinishedAt != nil || next.FetchedAt != nil:
 				return "leaves what the failure was"
+			case next.NotBefore == nil || *next.NotBefore != next.UpdatedAt:
+				return "does not start the queue timeout again (notBefore, the retry's time)"
 			}
 			return ""
 		}}

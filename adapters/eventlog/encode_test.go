@@ -44,7 +44,7 @@ func referenceEncode(tb testing.TB, ev domain.Event, archived []string) []byte {
 	if l.Archived == nil {
 		l.Archived = []string{}
 	}
-	if ev.Kind == domain.EventFailed || ev.Kind == domain.EventCancelled {
+	if ev.Kind == domain.EventFailed {
 		l.Error = t.Error
 	}
 	if ev.Worker != "" {

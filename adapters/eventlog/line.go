@@ -59,7 +59,7 @@ func appendLine(b []byte, ev domain.Event, archived []string) []byte {
 	b = appendString(b, string(ev.Kind))
 	b = append(b, `,"status":`...)
 	b = appendString(b, string(t.Status))
-	if (ev.Kind == domain.EventFailed || ev.Kind == domain.EventCancelled) && t.Error != nil {
+	if ev.Kind == domain.EventFailed && t.Error != nil { // SPEC §8: only a failed line
 		b = append(b, `,"error":`...)
 		b = appendString(b, *t.Error)
 	}

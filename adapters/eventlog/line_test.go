@@ -87,10 +87,11 @@ func TestAppendWritesExactLine(t *testing.T) {
 		// A failed line carries the task's error code (SPEC §8, §6); the
 		// other lines are the seed's.
 		{"failed", `{"t":1785056821,"at":"2026-07-26T09:07:01.004Z","host":"task.example.com","queue":"resize","id":"18c4e05a9f2b7d63","event":"failed","status":"failed","error":"corrupt","attempts":0,"worker":null,"bytes":{"item":0,"progress":0,"result":0,"error":9},"archived":[]}`},
-		// A cancelled line carries the task's error code, "cancelled", as a
-		// failed line does, and names the worker that held the lease; a
-		// retried line is the task back to pending with a fresh budget.
-		{"cancelled", `{"t":1785056822,"at":"2026-07-26T09:07:02.004Z","host":"task.example.com","queue":"resize","id":"5e0d9c2b4a7f1836","event":"cancelled","status":"failed","error":"cancelled","attempts":1,"worker":"box-3","bytes":{"item":30,"progress":0,"result":0,"error":11},"archived":[]}`},
+		// A cancelled line is the seed's (only a failed line carries
+		// "error", SPEC §8: the event names the cause) and names the worker
+		// that held the lease; a retried line is the task back to pending
+		// with a fresh budget.
+		{"cancelled", `{"t":1785056822,"at":"2026-07-26T09:07:02.004Z","host":"task.example.com","queue":"resize","id":"5e0d9c2b4a7f1836","event":"cancelled","status":"failed","attempts":1,"worker":"box-3","bytes":{"item":30,"progress":0,"result":0,"error":11},"archived":[]}`},
 		{"retried", `{"t":1785056823,"at":"2026-07-26T09:07:03.004Z","host":"task.example.com","queue":"resize","id":"5e0d9c2b4a7f1836","event":"retried","status":"pending","attempts":0,"worker":null,"bytes":{"item":30,"progress":0,"result":0,"error":0},"archived":[]}`},
 	}
 	if len(tests) != len(evs) {

@@ -337,7 +337,7 @@ func TestLoadProblems(t *testing.T) {
 				{resizeFile, "/access/post", `must be "public" or a list of user names, got "private"`, false},
 				{resizeFile, "/access/status", "got a number", false},
 				{resizeFile, "/access/work/1", "must be a user name, got a number", false},
-				{resizeFile, "/access/delete", "unknown action", false},
+				{resizeFile, "/access/delete", "unknown action (known: post, status, work, logs, manage)", false},
 				{resizeFile, "/access/a~1b", "unknown action", false},
 			},
 			served: []string{"thumbnail"},

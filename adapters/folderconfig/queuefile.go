@@ -165,7 +165,7 @@ func parseAccess(raw json.RawMessage, at string, users map[string]bool, access d
 	for _, m := range members {
 		key := pointer(at, m.key)
 		if !isAction(m.key) {
-			r.fail(key, "unknown action (known: post, status, work, logs)")
+			r.fail(key, "unknown action (known: "+knownActions()+")")
 			continue
 		}
 		switch v := value(m.value).(type) {
@@ -194,6 +194,15 @@ func parseAccess(raw json.RawMessage, at string, users map[string]bool, access d
 			r.fail(key, `must be "public" or a list of user names, got `+kind(v))
 		}
 	}
+}
+
+// knownActions lists domain.Actions, for the message that refuses another.
+func knownActions() string {
+	names := make([]string, len(domain.Actions))
+	for i, a := range domain.Actions {
+		names[i] = string(a)
+	}
+	return strings.Join(names, ", ")
 }
 
 func isAction(s string) bool {

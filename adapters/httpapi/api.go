@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/go-chi/chi/v5"
+	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
 
 	"github.com/taskhoster/taskhoster/adapters/httperr"
@@ -208,7 +209,7 @@ func token(r *http.Request) string {
 		}
 		return ""
 	}
-	if r.Header.Get("Upgrade") != "" {
+	if websocket.IsWebSocketUpgrade(r) {
 		return r.URL.Query().Get("access_token")
 	}
 	return ""

@@ -125,6 +125,12 @@ func (a *API) cancel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	by := app.Canceller{User: user, Manage: q.Access.Check(user, domain.ActionManage) == domain.Allowed}
+	if user == "" && !by.Manage {
+		// Public post access lets anyone in, but only a named user can
+		// be the one who posted a task: a token is needed (401).
+		a.writeError(w, r, errUnauthorized)
+		return
+	}
 	out, err := a.svc.Cancel(r.Context(), q, id, by)
 	if err != nil {
 		a.writeError(w, r, notFoundAsTask(err))

@@ -295,3 +295,27 @@ func TestBatchClaim(t *testing.T) {
 		wantError(t, "claim "+body, code, m, 400, "invalid_request")
 	}
 }
+
+// TestURLTokenOnlyOnWebSocketUpgrades: ?access_token= authenticates a
+// WebSocket upgrade only (SPEC §2); on another request, whatever its
+// Upgrade header, it is no token at all.
+func TestURLTokenOnlyOnWebSocketUpgrades(t *testing.T) {
+	api, _ := newAPI(t)
+	id := postAs(t, api, "resize", aliceToken, `{"url":"a"}`)
+	for _, h := range []http.Header{{"Authorization": {"Bearer " + aliceToken}}, {}, {"Upgrade": {"x"}}, {"Upgrade": {"websocket"}}} {
+		req := httptest.NewRequest("GET", "/resize/"+id+"?access_token="+aliceToken, nil)
+		req.Host = testHost
+		for k, v := range h {
+			req.Header[k] = v
+		}
+		rec := httptest.NewRecorder()
+		api.ServeHTTP(rec, req)
+		want := http.StatusUnauthorized
+		if h.Get("Authorization") != "" {
+			want = http.StatusOK
+		}
+		if rec.Code != want {
+			t.Errorf("GET with the token in the URL and headers %v: %d %s, want %d", h, rec.Code, rec.Body, want)
+		}
+	}
+}

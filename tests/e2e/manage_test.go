@@ -23,6 +23,7 @@ import (
 //   - ops: alice and eve post and read, anyone works, alice manages; one
 //     attempt, so a give-back makes a dead letter.
 //   - opsopen: everything public, manage included.
+//   - opspost: post and status public, alice manages.
 func manageQueues(t *testing.T, d dirs) {
 	t.Helper()
 	queues := filepath.Join(d.hosts, host, "taskhoster-queues")
@@ -34,6 +35,10 @@ func manageQueues(t *testing.T, d dirs) {
 	writeFile(t, filepath.Join(queues, "opsopen.json"), `{
 		"item": {},
 		"access": {"post": "public", "status": "public", "work": "public", "manage": "public"}
+	}`)
+	writeFile(t, filepath.Join(queues, "opspost.json"), `{
+		"item": {},
+		"access": {"post": "public", "status": "public", "work": "public", "manage": ["alice"]}
 	}`)
 }
 
@@ -142,6 +147,28 @@ func TestCancelOwnTask(t *testing.T) {
 	r = s.do("DELETE", "/ops/"+other, aliceToken, ``)
 	wantReply(t, "alice cancels eve's task", r.JSON(t), map[string]any{"accepted": true, "status": "failed"})
 	s.do("DELETE", "/ops/0123456789abcdef", aliceToken, ``).want(t, "cancel of an unknown task", 404, "not_found")
+}
+
+// TestAnonymousCancelNeedsAToken: on a queue whose post access is public,
+// a cancel without a token (or with an unknown one) is 401 with
+// WWW-Authenticate, not 403: only a named user can be a task's poster, so a
+// token is needed. The task is left as it was.
+func TestAnonymousCancelNeedsAToken(t *testing.T) {
+	s, _ := startManage(t)
+	id := s.post("opspost", "", `{}`)
+	for what, token := range map[string]string{"no token": "", "unknown token": "0000000000000000000000000000dead"} {
+		res := s.do("DELETE", "/opspost/"+id, token, ``)
+		res.want(t, what, 401, "unauthorized")
+		if res.Status == 401 && res.Header.Get("WWW-Authenticate") == "" {
+			t.Errorf("%s: 401 without WWW-Authenticate", what)
+		}
+	}
+	s.do("DELETE", "/opspost/"+id, eveToken, ``).want(t, "eve, who did not post it", 403, "forbidden")
+	if st := s.do("GET", "/opspost/"+id, "", ``).JSON(t)["status"]; st != "pending" {
+		t.Errorf("a refused cancel changed the task: %v", st)
+	}
+	r := s.do("DELETE", "/opspost/"+id, aliceToken, ``)
+	wantReply(t, "alice (manage) cancels it", r.JSON(t), map[string]any{"accepted": true, "status": "failed"})
 }
 
 // TestCancelTellsTheHolder: a worker socket holding a task is told at once

@@ -735,7 +735,9 @@ func (c *checker) lifecycle(id string) {
 			case status == "":
 				c.r.cut("posted")
 			}
-			if ev.Error != "cancelled" || ev.Status != "failed" {
+			// Only a failed line carries "error" (SPEC §8): the event is
+			// the cause.
+			if ev.Error != "" || ev.Status != "failed" {
 				c.r.fail(&c.r.Disagree, "task %s: cancelled event with status %s, error %q", id, ev.Status, ev.Error)
 			}
 		case "retried":
@@ -763,8 +765,11 @@ func (c *checker) lifecycle(id string) {
 		case "result", "failed", "cancelled", "timeout":
 			if !terminal(status) {
 				lastErr = ev.Error
-				if ev.Event == "timeout" {
+				switch ev.Event {
+				case "timeout":
 					lastErr = "timeout"
+				case "cancelled":
+					lastErr = "cancelled"
 				}
 			}
 		}

@@ -13,11 +13,7 @@ import (
 // the finished k refused. Nothing to report.
 func opsOnce() *scenario {
 	ev := func(id, kind, status string, attempts int, worker string, at int64) event {
-		e := event{ID: id, Queue: opsQueue, Event: kind, Status: status, Attempts: attempts, Worker: worker, At: at}
-		if kind == "cancelled" {
-			e.Error = "cancelled"
-		}
-		return e
+		return event{ID: id, Queue: opsQueue, Event: kind, Status: status, Attempts: attempts, Worker: worker, At: at}
 	}
 	return &scenario{
 		h: histories{
@@ -126,7 +122,7 @@ func TestCheckerCatchesOpsRules(t *testing.T) {
 			s.h.ops[2].Outcome = rejected
 		}, func(r *report) int { return r.Disagree }},
 		{"a cancel of a finished task logged", func(s *scenario) {
-			s.events = append(s.events, event{ID: "k", Queue: opsQueue, Event: "cancelled", Status: "failed", Error: "cancelled", Attempts: 1, At: 4105})
+			s.events = append(s.events, event{ID: "k", Queue: opsQueue, Event: "cancelled", Status: "failed", Attempts: 1, At: 4105})
 			s.h.ops[5].Outcome, s.h.ops[5].Status = accepted, "failed"
 		}, func(r *report) int { return r.DoubleFinished }},
 		{"a cancel refused for a task not terminal", func(s *scenario) {
@@ -193,7 +189,7 @@ func TestCheckerCountsOps(t *testing.T) {
 	s.h.ops = append(s.h.ops, opRecord{Client: "m", Kind: opCancel, Queue: opsQueue, ID: "c", Outcome: unknown, SentAt: 1260, AckAt: 1270})
 	s.events = append(s.events,
 		event{ID: "c", Queue: opsQueue, Event: "posted", Status: "pending", At: 1250},
-		event{ID: "c", Queue: opsQueue, Event: "cancelled", Status: "failed", Error: "cancelled", At: 1265})
+		event{ID: "c", Queue: opsQueue, Event: "cancelled", Status: "failed", At: 1265})
 	if r := s.check(); len(r.Problems) > 0 {
 		t.Errorf("problems: %v", r.Problems)
 	} else if r.BatchesUnacked != 1 || r.UnackedExist != 1 || r.CancelsUnknown != 1 {
