@@ -26,9 +26,8 @@ const WaitForever = time.Duration(math.MaxInt64)
 // no such task it waits up to wait (0: not at all) for one to be posted or
 // re-queued, and returns domain.ErrNotFound if none came, or at once when
 // the server drains; if ctx ends first, ctx's error. ctx only ends the
-// waiting: a claim once begun runs to its end, task moved and event logged,
-// and the caller then holds the task. A claim needs no flush: if it is lost
-// in a crash the task is simply pending again.
+// waiting: a claim once begun runs to its end, task moved, event logged and
+// flushed, and the caller then holds the task.
 //
 // A claim that has to wait takes one of the server's waiting places
 // (--max-waiting) for as long as it waits, or answers 503 too_many_waiting;
@@ -153,15 +152,42 @@ func (s *Service) mayHaveMissed(t domain.Task) bool {
 	return !ok || h.Heard(domain.KeyOf(t), t.Attempts)
 }
 
-// claimNow claims a task now, if one is there.
-func (s *Service) claimNow(ctx context.Context, q *domain.Queue, worker string, m ports.Matcher) (domain.Task, error) {
-	t, _, err := s.claimSubscribed(ctx, q, worker, m, 0)
+// claimUnflushed claims a task now, if one is there, and does not flush:
+// the caller does, before it answers (ClaimMany, once for all its claims).
+func (s *Service) claimUnflushed(ctx context.Context, q *domain.Queue, worker string, m ports.Matcher) (domain.Task, error) {
+	t, _, err := s.claimStored(ctx, q, worker, m, 0)
 	return t, err
 }
 
-// claimSubscribed is claimNow; with buffer > 0 it also subscribes to the
-// task's changes in the claim's Then, just after the claim is announced.
+// claimSubscribed claims a task now, if one is there, and flushes the
+// claim; with buffer > 0 it also subscribes to the task's changes in the
+// claim's Then, just after the claim is announced.
 func (s *Service) claimSubscribed(ctx context.Context, q *domain.Queue, worker string, m ports.Matcher, buffer int) (domain.Task, ports.Subscription, error) {
+	t, sub, err := s.claimStored(ctx, q, worker, m, buffer)
+	if err != nil {
+		return t, sub, err
+	}
+	if err := s.flushClaims(ctx); err != nil {
+		if sub != nil {
+			sub.Close()
+		}
+		return domain.Task{}, nil, fmt.Errorf("claim %s: %w", t.ID, err)
+	}
+	return t, sub, nil
+}
+
+// flushClaims makes the claims made so far durable before they are
+// answered (SPEC §6), as every write the client is told of: a claim's
+// attempt count must outlast a crash (a claim lost with it would let a
+// task be handed out once too often on a queue that bounds attempts), and
+// the file store lets a claimed task's pending copy go in this commit. The
+// commit is waited for even if ctx ends: the claims are made.
+func (s *Service) flushClaims(ctx context.Context) error {
+	return s.syncer.Sync(context.WithoutCancel(ctx))
+}
+
+// claimStored is the claim itself, stored and logged, not flushed.
+func (s *Service) claimStored(ctx context.Context, q *domain.Queue, worker string, m ports.Matcher, buffer int) (domain.Task, ports.Subscription, error) {
 	if s.Paused(q) {
 		return domain.Task{}, nil, domain.ErrNotFound // a paused queue hands nothing out
 	}
@@ -197,14 +223,6 @@ func (s *Service) claimSubscribed(ctx context.Context, q *domain.Queue, worker s
 			return fail(err)
 		}
 		return fail(fmt.Errorf("claim in %s/%s: %w", q.Host, q.Name, err))
-	}
-	// A claim is durable before it is answered (SPEC §6), as every write
-	// the client is told of: its attempt count must outlast a crash (a
-	// claim lost with it would let a task be handed out once too often on
-	// a queue that bounds attempts), and the file store lets the task's
-	// pending copy go in this commit.
-	if err := s.syncer.Sync(ctx); err != nil {
-		return fail(fmt.Errorf("claim %s: %w", t.ID, err))
 	}
 	return t, sub, nil
 }

@@ -83,9 +83,9 @@ func (s *Service) Heartbeat(ctx context.Context, q *domain.Queue, id string, h d
 // Release gives task id back at the request of the worker holding it: it is
 // pending again, claimable after the longer of delay and the queue's
 // backoff, or failed with error "attempts" after its last allowed attempt.
-// reason, if given, must match the queue's failure schema. A give-back that
-// ends the task is durable before it is answered; one that re-queues it
-// needs no flush, as a lease lapse would have re-queued it anyway.
+// reason, if given, must match the queue's failure schema. A give-back is
+// durable before it is answered: one that ends the task by this Sync, one
+// that re-queues it by the store's own commit (a move back).
 func (s *Service) Release(ctx context.Context, q *domain.Queue, id string, h domain.Holder, delay time.Duration, reason []byte) (Outcome, error) {
 	why, err := s.reason(q, reason)
 	if err != nil {

@@ -43,8 +43,8 @@ var errNotYours = domain.E(domain.KindForbidden, domain.CodeForbidden, "only the
 
 // RetryTask puts a failed task back to pending with a fresh attempts budget
 // (a dead letter, a timeout, a cancel: any failure). 409 not_failed for a
-// task in another status. Needs no flush: a lost retry leaves the task
-// failed, as it was, and the operator retries again.
+// task in another status. The file store commits it before it returns (a
+// move back); its event line is flushed with the next commit.
 func (s *Service) RetryTask(ctx context.Context, q *domain.Queue, id string) (domain.Task, error) {
 	t, err := s.transition(ctx, q, id, func(t domain.Task, now time.Time) (domain.Task, domain.Event, error) {
 		return t.Retry(now)
@@ -157,14 +157,19 @@ func (s *Service) ClaimMany(ctx context.Context, q *domain.Queue, worker string,
 	tasks := []domain.Task{first}
 	m, _ := s.queries.matcher(query) // compiled by Claim already
 	for len(tasks) < n && !s.Paused(q) {
-		t, err := s.claimNow(ctx, q, worker, m)
+		t, err := s.claimUnflushed(ctx, q, worker, m)
 		if errors.Is(err, domain.ErrNotFound) {
 			break
 		}
 		if err != nil {
-			return tasks, err
+			return tasks, errors.Join(err, s.flushClaims(ctx))
 		}
 		tasks = append(tasks, t)
+	}
+	if len(tasks) > 1 {
+		if err := s.flushClaims(ctx); err != nil {
+			return tasks, err
+		}
 	}
 	return tasks, nil
 }

@@ -147,9 +147,9 @@ func (s *Service) RunSweep(ctx context.Context, interval time.Duration, queues f
 			return
 		case <-ticker.C:
 			_ = s.Sweep(ctx, queues())
-			// What the sweep changed, and claims and re-queues since (which
-			// no client waits on), become durable within a tick, and the
-			// journal's buffer of them stays small.
+			// What the sweep changed, and any other change no client waits
+			// on (fetches, the event lines of re-queues), becomes durable
+			// within a tick, and the journal's buffer of them stays small.
 			if err := s.syncer.Sync(ctx); err != nil && ctx.Err() == nil {
 				s.logger.Warn("flush after sweep", zap.Error(err))
 			}

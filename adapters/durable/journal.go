@@ -11,6 +11,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -77,6 +78,12 @@ type journal struct {
 	pending []byte   // records not yet written
 	after   []func() // to run once a commit holds the records added before them
 	spare   []byte   // the buffer the last commit wrote, reused
+	// holds are the records of writes not yet done on disc (Root.Hold), by
+	// the order they were added in; taken is the last of them a commit has
+	// taken (with pending), so a lap says again only those already written.
+	holds   map[uint64]record
+	lastSeq uint64
+	taken   uint64
 
 	files [2]*os.File
 	aio   *asyncSyncer // their fdatasync
@@ -87,16 +94,15 @@ type journal struct {
 	// ckpt delivers the result of the checkpoint that began when cur was
 	// started; the other file may be reused only after it succeeded.
 	ckpt chan error
-	// failed is the first failed flush of what the records do not cover (a
-	// checkpoint, or the roots' owners' flush before a commit). It stays:
-	// after a failed writeback the kernel reports the error once and may
-	// drop the data, so a flush tried again can succeed with the data lost.
-	// Every later commit and settle fails with it, and a restart is needed
-	// (fail-stop, as PostgreSQL does after a failed fsync).
+	// failed is the first failure of a commit, a lap change or a
+	// checkpoint. It stays: after a failed writeback the kernel reports the
+	// error once and may drop the data, so a flush tried again can succeed
+	// with the data lost; and the stores have already done the writes a
+	// failed commit's records describe, some of them answered as failed,
+	// which no later commit may make durable. Every later commit and settle
+	// fails with it, and a restart is needed (fail-stop, as PostgreSQL does
+	// after a failed fsync).
 	failed error
-
-	// unfinished append the records each new lap begins with (Root.Unfinished).
-	unfinished []func([]byte) []byte
 
 	// failWrite, when set (by tests), fails every write, as a full disc
 	// would.
@@ -195,6 +201,7 @@ func (j *journal) commit(before func() error) (after []func(), err error) {
 	j.mu.Lock()
 	buf, after := j.pending, j.after
 	j.pending, j.after = j.spare[:0], nil
+	j.taken = j.lastSeq
 	j.mu.Unlock()
 	if len(buf) == 0 {
 		j.spare = buf
@@ -203,57 +210,81 @@ func (j *journal) commit(before func() error) (after []func(), err error) {
 	if before != nil {
 		if err := before(); err != nil {
 			j.failed = fmt.Errorf("flush before a journal commit failed; restart the server: %w", err)
-			j.putBack(buf, after)
 			return nil, j.failed
 		}
 	}
 	if j.off+int64(len(buf)) > j.limit && j.off > j.lapSize() {
 		carried, err := j.next()
 		if err != nil {
-			j.putBack(buf, after)
-			return nil, err
+			j.failed = fmt.Errorf("journal lap change failed; restart the server: %w", err)
+			return nil, j.failed
 		}
-		buf = append(carried, buf...)
+		buf = append(buf, carried...)
 	}
 	stamp(buf, j.lap)
 	if err := j.write(j.cur, buf, j.off); err != nil {
-		// The records may be half written: they end the lap at replay,
-		// and the next commit writes them again at the same place.
-		j.putBack(buf, after)
-		return nil, err
+		// The records may be half written: they end the lap at replay.
+		// The writes they describe are on disc already, and some callers
+		// were told of them failing: no later commit may make them
+		// durable (a retried write can also succeed over a writeback the
+		// kernel dropped). Every later commit fails.
+		j.failed = fmt.Errorf("journal write failed; restart the server: %w", err)
+		return nil, j.failed
 	}
 	j.off += int64(len(buf))
 	j.spare = buf
 	return after, nil
 }
 
-// carried is the records of writes recorded but not yet done on disc
-// (Root.Unfinished), for a new lap to begin with: the checkpoint that lets
-// the older laps go began before those writes were done.
+// carried is the records of the holds a commit has taken (Root.Hold):
+// writes whose records are written, or being written now, but which are not
+// yet done on disc. A new lap says them again: the checkpoint that lets the
+// older laps go began before those writes were done. Holds added since the
+// last take are left out: their records come in a later commit of the new
+// lap, and said ahead of their companions (a move's destination) they would
+// replay a removal without what replaces it.
 func (j *journal) carried() []byte {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	seqs := make([]uint64, 0, len(j.holds))
+	for seq := range j.holds {
+		if seq <= j.taken {
+			seqs = append(seqs, seq)
+		}
+	}
+	slices.Sort(seqs)
 	var b []byte
-	for _, list := range j.unfinished {
-		b = list(b)
+	for _, seq := range seqs {
+		b = appendRecord(b, j.holds[seq])
 	}
 	return b
 }
 
-// putBack returns records whose write failed to the front of pending, and
-// what was to run after them to the front of after.
-func (j *journal) putBack(buf []byte, after []func()) {
+// hold records a write, as add does, that its store does only once a
+// commit holds the record; until release, every new lap says it again.
+func (j *journal) hold(r record) (release func()) {
 	j.mu.Lock()
-	j.pending = append(buf, j.pending...)
-	j.after = append(after, j.after...)
-	j.mu.Unlock()
-	j.spare = nil
+	defer j.mu.Unlock()
+	j.pending = appendRecord(j.pending, r)
+	if j.holds == nil {
+		j.holds = map[uint64]record{}
+	}
+	j.lastSeq++
+	seq := j.lastSeq
+	j.holds[seq] = r
+	return func() {
+		j.mu.Lock()
+		delete(j.holds, seq)
+		j.mu.Unlock()
+	}
 }
 
 // next starts the other file with the next lap. The other file still holds
 // the lap before the current one, which may be overwritten only once the
 // checkpoint begun when the current lap started has made its writes
 // durable; and a new checkpoint begins now for the current lap's writes.
-// It returns the records of writes not yet done (carried), which the new
-// lap must begin with.
+// It returns the records of writes committed but not yet done (carried),
+// which the new lap must record again.
 func (j *journal) next() (carried []byte, err error) {
 	if j.ckpt != nil {
 		err := <-j.ckpt
@@ -319,13 +350,13 @@ func (j *journal) write(i int, b []byte, off int64) error {
 	return nil
 }
 
-// reset forgets every record but carried (writes not yet done, see
-// Root.Unfinished), which the new lap begins with: call it once the writes
-// the others describe are durable (after replay and a checkpoint at
-// start-up, or after a last checkpoint at a clean stop). It clears the lap record of the file with
-// the older lap, then starts a new lap, numbered two after the newest, in
-// the file that held the newest; the files keep their size (and their
-// zeroed blocks).
+// reset forgets every record but carried (writes committed, not yet done:
+// Root.Hold), which the new lap records again: call it once the
+// writes the others describe are durable (after replay and a checkpoint at
+// start-up, or after a last checkpoint at a clean stop). It clears the lap
+// record of the file with the older lap, then starts a new lap, numbered
+// two after the newest, in the file that held the newest; the files keep
+// their size (and their zeroed blocks).
 //
 // The order matters if the power goes in between. The newest lap alone
 // replays to the last recorded state of every file it names, which is what

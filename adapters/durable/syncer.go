@@ -12,8 +12,11 @@
 // for a few commits a second, not one per request ("Concurrent writes may
 // share one fsync").
 //
-// The files are still written first and in full: they are what a reader
-// and a restart see. The journal only matters after a power loss (or a
+// The files are still written in full, each write's record added once it is
+// done, or, for a write that destroys a file's last durable content (a
+// move's source, a rewrite's rename), before it is done and the write only
+// once a commit holds the record (Root.Hold, AfterCommit): they are what a
+// reader and a restart see. The journal only matters after a power loss (or a
 // kernel crash): at the first start-up after the reboot, Replay rewrites
 // each file whose data never reached the disc from its record. A
 // checkpoint (syncfs of the items' and logs' filesystems, run in the
@@ -194,7 +197,8 @@ func (r *Root) add(o op, path string, off int64, data []byte) {
 }
 
 // Put records that the file at path now holds data. Call it after the
-// write succeeded and before the Sync that acknowledges it.
+// write succeeded (Hold, for one done only after a commit) and before the
+// Sync that acknowledges it.
 func (r *Root) Put(path string, data []byte) { r.add(opPut, path, 0, data) }
 
 // Remove records that the file at path is gone.
@@ -212,30 +216,30 @@ func (r *Root) BeforeCommit(flush func() error) {
 	r.s.beforeCommit = append(r.s.beforeCommit, flush)
 }
 
-// Unfinished has every new lap begin with the writes list names: writes
-// recorded before their file operation is done (a move's retired source, a
-// rewrite committed before its rename). A checkpoint lets the laps before
-// it go, which is right only for writes the disc had begun to hold when it
-// began; so the new lap records these again. list runs under the journal's
-// commit, and must not wait for a commit. Call it before serving.
-func (r *Root) Unfinished(list func(put func(path string, data []byte), remove func(path string))) {
-	if r.s.journal == nil {
-		return
+// Hold records that the file at path holds data (Put), or is gone (data
+// nil: Remove), for a write its store does only after a commit holds the
+// record: a move's source retired once its destination is durable, a
+// rewrite renamed once its record is. A checkpoint lets the laps before it
+// go, which is right only for writes the disc had begun to hold when it
+// began; so until release every new lap that begins after a commit took
+// the record says it again, after its own first records (a torn commit cuts
+// the repeat, never a record ahead of its companions).
+func (r *Root) Hold(path string, data []byte) (release func()) {
+	if !r.s.record {
+		return func() {}
 	}
-	r.s.journal.unfinished = append(r.s.journal.unfinished, func(b []byte) []byte {
-		list(func(path string, data []byte) {
-			b = appendRecord(b, record{Op: opPut, Root: r.index, Path: path, Data: data})
-		}, func(path string) {
-			b = appendRecord(b, record{Op: opRemove, Root: r.index, Path: path})
-		})
-		return b
-	})
+	o := opPut
+	if data == nil {
+		o = opRemove
+	}
+	return r.s.journal.hold(record{Op: o, Root: r.index, Path: path, Data: data})
 }
 
 // AfterCommit has fn run once a commit holds every record added before the
-// call, before the callers of Sync that commit serves return; under --sync
-// none, at once. fn runs on the committing goroutine: it must be short and
-// must not wait for a commit.
+// call, before the callers of Sync that commit serves return and before the
+// next commit or Settle; under --sync none, at once. fn runs on the
+// committing goroutine, under the commit's lock: it must be short and must
+// not wait for a commit.
 func (r *Root) AfterCommit(fn func()) {
 	if !r.s.record || r.s.journal == nil {
 		fn()
@@ -305,13 +309,13 @@ func (s *Syncer) Settle() error {
 // checkpoint, fails this commit and every later one (journal.failed).
 func (s *Syncer) commit() error {
 	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
 	if s.journal == nil {
-		s.commitMu.Unlock()
 		return nil
 	}
 	after, err := s.journal.commit(s.flushOwners)
-	s.commitMu.Unlock()
-	// Before the callers this commit serves are woken.
+	// Before the callers this commit serves are woken, and before another
+	// commit or a Settle can begin a lap (see Root.Hold).
 	for _, fn := range after {
 		fn()
 	}

@@ -55,7 +55,8 @@ type files struct {
 	limitOnce sync.Once
 	limit     int64
 	tempSeq   atomic.Uint64 // names temp files
-	// journal, if any, records every write once it is done (journal.go).
+	// journal, if any, records every write: once it is done, or for a
+	// write that destroys a record, held until done (Put, journal.go).
 	journal Journal
 	// pending holds the writes recorded before they are done (a pending
 	// by path, Put).
@@ -98,6 +99,8 @@ func (f *files) relPath(t domain.Task) string {
 // (AfterCommit); a move back commits, then retires its source, before it
 // returns (the scan would keep its source, the later state, were it left);
 // and a rewrite in place commits its record before its rename (rewrite).
+// Until such a write is done the journal holds its record (Hold), which
+// every new lap says again.
 func (f *files) Put(old *domain.Task, t domain.Task, data []byte) error {
 	if err := f.usable(); err != nil {
 		return err
@@ -113,16 +116,12 @@ func (f *files) Put(old *domain.Task, t domain.Task, data []byte) error {
 		if err := f.write(t, data, old == nil, moved); err != nil {
 			return err
 		}
-		var retired chan struct{}
-		if moved {
-			retired = f.unfinished(f.path(*old), f.relPath(*old), nil)
-		}
 		f.journal.Put(f.relPath(t), data)
 		if !moved {
 			return nil
 		}
 		ref, src := domain.KeyOf(t).Ref(), f.path(*old)
-		f.journal.Remove(f.relPath(*old))
+		retired := f.unfinished(src, f.journal.Hold(f.relPath(*old), nil))
 		if backward(*old, t) {
 			defer f.finish(src, retired)
 			if err := f.journal.Sync(context.Background()); err != nil {
@@ -160,46 +159,33 @@ func backward(old, t domain.Task) bool {
 	return slices.Index(domain.Dirs, t.Status.Dir()) < slices.Index(domain.Dirs, old.Status.Dir())
 }
 
-// pending is a write recorded in the journal before it is done on disc:
-// a move's source to retire (data nil), or a rewrite's new record. Each
-// new lap of the journal records it again until it is done (listPending).
+// pending is a write recorded in the journal before it is done on disc (a
+// move's source to retire, a rewrite to rename): the journal's hold on its
+// record, and done, closed once it is done.
 type pending struct {
-	rel  string // the path inside the items folder, as the journal has it
-	data []byte // a rewrite's record; nil: the file goes
-	done chan struct{}
+	release func()
+	done    chan struct{}
 }
 
-// unfinished notes a write to path about to be recorded, before its record
-// is added, so that no lap begins without it. finish, with the channel it
-// returns, ends it.
-func (f *files) unfinished(path, rel string, data []byte) chan struct{} {
-	done := make(chan struct{})
-	f.pending.Store(path, pending{rel: rel, data: data, done: done})
-	return done
+// unfinished notes a write to path whose record the journal holds (release
+// lets it go), until finish.
+func (f *files) unfinished(path string, release func()) pending {
+	p := pending{release: release, done: make(chan struct{})}
+	f.pending.Store(path, p)
+	return p
 }
 
-// finish ends the pending write to path that done belongs to.
-func (f *files) finish(path string, done chan struct{}) {
+// finish ends the pending write p to path.
+func (f *files) finish(path string, p pending) {
 	f.pending.Delete(path)
-	close(done)
-}
-
-// listPending is the store's Journal.Unfinished list.
-func (f *files) listPending(put func(path string, data []byte), remove func(path string)) {
-	f.pending.Range(func(_, v any) bool {
-		if p := v.(pending); p.data == nil {
-			remove(p.rel)
-		} else {
-			put(p.rel, p.data)
-		}
-		return true
-	})
+	p.release()
+	close(p.done)
 }
 
 // retireCommitted retires src, a moved task's old file, once a commit holds
 // the move's records; it runs on the committing goroutine (AfterCommit).
-func (f *files) retireCommitted(ref domain.QueueRef, src string, done chan struct{}) {
-	defer f.finish(src, done)
+func (f *files) retireCommitted(ref domain.QueueRef, src string, p pending) {
+	defer f.finish(src, p)
 	if f.closed.Load() {
 		return // the folder may be another process's now
 	}
@@ -234,9 +220,7 @@ func (f *files) rewrite(t domain.Task, data []byte) error {
 	if err != nil {
 		return unavailable("create temp file", err)
 	}
-	done := f.unfinished(dst, f.relPath(t), data)
-	defer f.finish(dst, done)
-	f.journal.Put(f.relPath(t), data)
+	defer f.finish(dst, f.unfinished(dst, f.journal.Hold(f.relPath(t), data)))
 	if err := f.journal.Sync(context.Background()); err != nil {
 		_ = syscall.Close(fd)
 		_ = os.Remove(tmp)

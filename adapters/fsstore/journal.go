@@ -12,9 +12,11 @@ const journalDir = ".journal"
 
 // Journal is what the store needs of the durability adapter
 // (adapters/durable: the Root of the items folder). Under --sync always
-// every task-file write is recorded in it once done, so that a commit
-// makes the writes durable; under --sync none it records nothing but may
-// hold what a crashed run under --sync always left.
+// every task-file write is recorded in it, so that a commit makes the
+// writes durable: once done, or, for a write that would destroy a task's
+// last durable record, before it is done, held until it is (Put); under
+// --sync none it records nothing but may hold what a crashed run under
+// --sync always left.
 type Journal interface {
 	// Put records that the file at path (inside the items folder) now
 	// holds data; Remove, that it is gone.
@@ -27,9 +29,10 @@ type Journal interface {
 	// AfterCommit has fn run once a commit holds every record added
 	// before the call, before the Syncs that commit serves return.
 	AfterCommit(fn func())
-	// Unfinished has every new lap of the journal record again the writes
-	// list names: recorded, but not yet done on disc.
-	Unfinished(list func(put func(path string, data []byte), remove func(path string)))
+	// Hold records, as Put (or, with data nil, Remove), a write the store
+	// does only once a commit holds the record; until release, every new
+	// lap of the journal says it again.
+	Hold(path string, data []byte) (release func())
 	// Replay rewrites the files a power loss may have cut from their
 	// records, before the scan reads them. The store calls it (and
 	// Settle) as the one that holds the folders' lock.
@@ -43,10 +46,7 @@ type Journal interface {
 // j before it reads the folder, which restores any file whose data a power
 // loss took, then settles it; Close settles it again.
 func WithJournal(j Journal) Option {
-	return func(s *Store) {
-		s.files.journal = j
-		j.Unfinished(s.files.listPending)
-	}
+	return func(s *Store) { s.files.journal = j }
 }
 
 // replayJournal rewrites from the journal the files it describes, before

@@ -1,6 +1,7 @@
 package fsstore_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -356,5 +357,85 @@ func TestAMoveBackIsDoneBeforeItReturns(t *testing.T) {
 		if err := j.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// lapAtClaim is the store's journal with a hook run once, as the first
+// record of a processing/ file is added: a commit of other records that
+// begins a new lap, on another goroutine's behalf, just then.
+type lapAtClaim struct {
+	*durable.Root
+	hook func()
+	done bool
+}
+
+func (h *lapAtClaim) Put(path string, data []byte) {
+	if !h.done && strings.Contains(path, "/processing/") {
+		h.done = true
+		h.hook()
+	}
+	h.Root.Put(path, data)
+}
+
+// TestALapBeginningMidClaimLosesNoTask: a post is committed; its claim
+// writes processing/<id>; a commit of event lines begins a new lap just as
+// the claim's records are added; the power goes before the claim's own
+// commit, with processing/<id> renamed but its data never written. The
+// new lap must not say the claim's removal of pending/<id> ahead of the
+// claim's destination: the task is still there after replay.
+func TestALapBeginningMidClaimLosesNoTask(t *testing.T) {
+	dir, logs := t.TempDir(), t.TempDir()
+	boots := 0
+	open := func(hook func(*durable.Syncer)) (*fsstore.Store, *durable.Syncer) {
+		boots++
+		t.Setenv(durable.BootEnv, fmt.Sprintf("boot-%d", boots))
+		j, err := durable.Open(durable.Config{Items: dir, Logs: logs, Record: true, Limit: 16 << 10,
+			Checkpoint: func() error { return nil }}) // the power goes before any makes anything durable
+		if err != nil {
+			t.Fatal(err)
+		}
+		var jr fsstore.Journal = j.Root(durable.Items)
+		if hook != nil {
+			jr = &lapAtClaim{Root: j.Root(durable.Items), hook: func() { hook(j) }}
+		}
+		s, err := fsstore.Open(dir, fsstore.WithJournal(jr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, j
+	}
+	ctx := context.Background()
+	s, j := open(func(j *durable.Syncer) {
+		lines := j.Root(durable.Logs)
+		lines.Append("a", 0, []byte("x"))
+		lines.Append("b", 0, bytes.Repeat([]byte("y"), 20<<10)) // past the lap's limit
+		if err := j.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lines.Append("c", 0, []byte("z")) // a commit that begins the new lap
+		if err := j.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	id := taskID(1)
+	posted, _ := domain.Post(id, host, queue, json.RawMessage(`{}`), "alice", epoch)
+	if err := s.Create(ctx, posted, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Sync(ctx); err != nil { // the 201
+		t.Fatal(err)
+	}
+	if _, err := s.ClaimNext(ctx, ref, nil, epoch, claimBy("box", epoch), nil); err != nil {
+		t.Fatal(err)
+	}
+	fsstore.Crash(s)
+	_ = j.Close()
+	mustWrite(t, filepath.Join(dir, host, queue, "processing", id+".json"), "")
+
+	again, againJ := open(nil)
+	defer againJ.Close()
+	defer again.Close()
+	if _, err := again.Get(ctx, keyOf(id)); err != nil {
+		t.Errorf("the posted task is lost after the power loss: %v (recovered %+v)", err, again.Recovered())
 	}
 }

@@ -59,8 +59,9 @@ type Config struct {
 	Handoffs   int   // posts per hand-off run
 	Depths     []int // pending tasks for the depth and start-up runs
 	Claims     int   // claims per depth run (and per kind)
-	// DepthSync is the depth servers' --sync. "none" by default: the claims
-	// are not flushed anyway, and the posts between them would otherwise
+	// DepthSync is the depth servers' --sync. "none" by default: the depth
+	// runs measure finding a task in the index, not the commit every claim
+	// waits for under "always", and the posts between them would otherwise
 	// leave flushes running that the claims compete with.
 	DepthSync string
 	Batch     int           // tasks per batch post in the posts section (1 to 1000)

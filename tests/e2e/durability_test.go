@@ -480,7 +480,7 @@ func TestKillNineWithoutRebootReplaysNothing(t *testing.T) {
 	if got := s.do("POST", "/resize/claim", boxToken, `{"worker":"w"}`).JSON(t)["id"]; got != id {
 		t.Fatalf("claimed %v", got)
 	}
-	s.post("resize", aliceToken, `{"url":"b"}`) // its flush commits the claim's record
+	s.post("resize", aliceToken, `{"url":"b"}`) // the claim's record is committed already; so is this
 	s.kill()
 	path := s.taskFile("resize", "processing", id)
 	data, err := os.ReadFile(path)
