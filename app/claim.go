@@ -152,13 +152,6 @@ func (s *Service) mayHaveMissed(t domain.Task) bool {
 	return !ok || h.Heard(domain.KeyOf(t), t.Attempts)
 }
 
-// claimUnflushed claims a task now, if one is there, and does not flush:
-// the caller does, before it answers (ClaimMany, once for all its claims).
-func (s *Service) claimUnflushed(ctx context.Context, q *domain.Queue, worker string, m ports.Matcher) (domain.Task, error) {
-	t, _, err := s.claimStored(ctx, q, worker, m, 0)
-	return t, err
-}
-
 // claimSubscribed claims a task now, if one is there, and flushes the
 // claim; with buffer > 0 it also subscribes to the task's changes in the
 // claim's Then, just after the claim is announced.
@@ -186,7 +179,8 @@ func (s *Service) flushClaims(ctx context.Context) error {
 	return s.syncer.Sync(context.WithoutCancel(ctx))
 }
 
-// claimStored is the claim itself, stored and logged, not flushed.
+// claimStored is the claim itself, stored and logged, not flushed: the
+// caller flushes before it answers (ClaimMany, once for all its claims).
 func (s *Service) claimStored(ctx context.Context, q *domain.Queue, worker string, m ports.Matcher, buffer int) (domain.Task, ports.Subscription, error) {
 	if s.Paused(q) {
 		return domain.Task{}, nil, domain.ErrNotFound // a paused queue hands nothing out

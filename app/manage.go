@@ -157,7 +157,7 @@ func (s *Service) ClaimMany(ctx context.Context, q *domain.Queue, worker string,
 	tasks := []domain.Task{first}
 	m, _ := s.queries.matcher(query) // compiled by Claim already
 	for len(tasks) < n && !s.Paused(q) {
-		t, err := s.claimUnflushed(ctx, q, worker, m)
+		t, _, err := s.claimStored(ctx, q, worker, m, 0)
 		if errors.Is(err, domain.ErrNotFound) {
 			break
 		}

@@ -141,6 +141,13 @@ func openJournal(dir string, limit int64, checkpoint func() error, roots []strin
 	return j, nil
 }
 
+// stop makes err, what failed, the journal's last: every later commit and
+// settle fails with it (failed).
+func (j *journal) stop(what string, err error) error {
+	j.failed = fmt.Errorf("%s failed; restart the server: %w", what, err)
+	return j.failed
+}
+
 // afterCommit has fn run once a commit holds every record added before it
 // (Root.AfterCommit).
 func (j *journal) afterCommit(fn func()) {
@@ -209,15 +216,13 @@ func (j *journal) commit(before func() error) (after []func(), err error) {
 	}
 	if before != nil {
 		if err := before(); err != nil {
-			j.failed = fmt.Errorf("flush before a journal commit failed; restart the server: %w", err)
-			return nil, j.failed
+			return nil, j.stop("flush before a journal commit", err)
 		}
 	}
 	if j.off+int64(len(buf)) > j.limit && j.off > j.lapSize() {
 		carried, err := j.next()
 		if err != nil {
-			j.failed = fmt.Errorf("journal lap change failed; restart the server: %w", err)
-			return nil, j.failed
+			return nil, j.stop("journal lap change", err)
 		}
 		buf = append(buf, carried...)
 	}
@@ -228,8 +233,7 @@ func (j *journal) commit(before func() error) (after []func(), err error) {
 		// were told of them failing: no later commit may make them
 		// durable (a retried write can also succeed over a writeback the
 		// kernel dropped). Every later commit fails.
-		j.failed = fmt.Errorf("journal write failed; restart the server: %w", err)
-		return nil, j.failed
+		return nil, j.stop("journal write", err)
 	}
 	j.off += int64(len(buf))
 	j.spare = buf
@@ -291,8 +295,7 @@ func (j *journal) next() (carried []byte, err error) {
 		j.ckpt = nil
 		if err != nil {
 			// The other file's lap is all that holds those writes now.
-			j.failed = fmt.Errorf("journal checkpoint failed; restart the server: %w", err)
-			return nil, j.failed
+			return nil, j.stop("journal checkpoint", err)
 		}
 	}
 	other := 1 - j.cur
@@ -367,7 +370,7 @@ func (j *journal) reset(carried []byte) error {
 		err := <-j.ckpt
 		j.ckpt = nil
 		if err != nil {
-			j.failed = fmt.Errorf("journal checkpoint failed; restart the server: %w", err)
+			_ = j.stop("journal checkpoint", err)
 		}
 	}
 	if j.failed != nil {
@@ -419,8 +422,7 @@ func (j *journal) settle() error {
 	// Listed before the checkpoint begins: a write done by then is covered.
 	carried := j.carried()
 	if err := j.checkpoint(); err != nil {
-		j.failed = fmt.Errorf("journal checkpoint failed; restart the server: %w", err)
-		return j.failed
+		return j.stop("journal checkpoint", err)
 	}
 	return j.reset(carried)
 }

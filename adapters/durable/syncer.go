@@ -241,7 +241,7 @@ func (r *Root) Hold(path string, data []byte) (release func()) {
 // committing goroutine, under the commit's lock: it must be short and must
 // not wait for a commit.
 func (r *Root) AfterCommit(fn func()) {
-	if !r.s.record || r.s.journal == nil {
+	if !r.s.record {
 		fn()
 		return
 	}
