@@ -175,8 +175,22 @@ func (s *Service) claimSubscribed(ctx context.Context, q *domain.Queue, worker s
 // task be handed out once too often on a queue that bounds attempts), and
 // the file store lets a claimed task's pending copy go in this commit. The
 // commit is waited for even if ctx ends: the claims are made.
+//
+// A claim woken for a task just posted may be one the post's commit waits
+// for (durable.Syncer.Expect): it arrives, so that the task reaches its
+// worker one commit after the post, not two.
 func (s *Service) flushClaims(ctx context.Context) error {
-	return s.syncer.Sync(context.WithoutCancel(ctx))
+	ctx = context.WithoutCancel(ctx)
+	if a, ok := s.syncer.(arriver); ok {
+		return a.Arrive(ctx)
+	}
+	return s.syncer.Sync(ctx)
+}
+
+// arriver is a Syncer whose flush may wait for a claim on its way
+// (durable.Syncer).
+type arriver interface {
+	Arrive(ctx context.Context) error
 }
 
 // claimStored is the claim itself, stored and logged, not flushed: the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -287,5 +289,60 @@ func wantCancelAfterLateNews(ctx context.Context, t *testing.T, svc *app.Service
 	ev, err := watch.Next(ctx)
 	if err != nil || ev.Kind != domain.EventCancelled || ev.Task.Status != domain.Failed {
 		t.Fatalf("next change = %s (%s), %v; want the cancel, not the post's late news", ev.Kind, ev.Task.Status, err)
+	}
+}
+
+// arrivingSyncer notes, in order, the posts' and the claims' calls of a
+// Syncer whose flush may wait for a claim on its way (durable.Syncer).
+type arrivingSyncer struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (s *arrivingSyncer) note(call string) {
+	s.mu.Lock()
+	s.calls = append(s.calls, call)
+	s.mu.Unlock()
+}
+
+func (s *arrivingSyncer) Expect()                          { s.note("expect") }
+func (s *arrivingSyncer) Sync(context.Context) error       { s.note("sync"); return nil }
+func (s *arrivingSyncer) Arrive(ctx context.Context) error { s.note("arrive"); return nil }
+
+// A task posted while a claim waits is expected by the post's flush
+// before the post asks for it, and the claim arrives at it: one commit
+// from the post to the worker, not two.
+func TestAClaimWokenByAPostArrivesAtItsFlush(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	s := &arrivingSyncer{}
+	hub := notify.NewHub()
+	hub.OnWake(s.Expect)
+	looks := make(chan error, 4)
+	svc := app.New(app.Deps{
+		Repo: f.repo, Syncer: s, Log: f.log, Notifier: lookRecorder{Hub: hub, looks: looks},
+		Clock: f.clock, Compiler: schema.Compiler{},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	claimed := make(chan error, 1)
+	go func() {
+		_, err := svc.Claim(ctx, f.q, "w", nil, time.Minute)
+		claimed <- err
+	}()
+	<-looks // the claim found nothing and waits
+	if _, err := svc.Post(ctx, f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-claimed; err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// The claim runs beside the post once woken: its arrival may come
+	// before the post's sync or after it.
+	got := slices.Clone(s.calls)
+	slices.Sort(got[1:])
+	if want := []string{"expect", "arrive", "sync"}; !slices.Equal(got, want) {
+		t.Fatalf("syncer calls %v, want expect first, then the post's sync and the claim's arrival", s.calls)
 	}
 }

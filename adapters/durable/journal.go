@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // op is what a record does to its path. The values are on disc.
@@ -103,6 +104,8 @@ type journal struct {
 	// fails with it, and a restart is needed (fail-stop, as PostgreSQL does
 	// after a failed fsync).
 	failed error
+	// stopped is failed, for readers outside commitMu (Syncer.Err).
+	stopped atomic.Pointer[error]
 
 	// failWrite, when set (by tests), fails every write, as a full disc
 	// would.
@@ -145,7 +148,34 @@ func openJournal(dir string, limit int64, checkpoint func() error, roots []strin
 // settle fails with it (failed).
 func (j *journal) stop(what string, err error) error {
 	j.failed = fmt.Errorf("%s failed; restart the server: %w", what, err)
+	j.stopped.Store(&j.failed)
+	j.markStopped()
 	return j.failed
+}
+
+// stoppedName marks, in the journal's folder, a journal that stopped after
+// a failure (journal.failed): the next start-up replays it even in the
+// same boot. A failed writeback may have dropped pages the records
+// describe, which the page cache then no longer holds once they are
+// evicted, so that boot's files cannot be trusted to agree with the
+// records as a plain crash's can (replay). Start-up removes it once the
+// replay is settled (reset).
+const stoppedName = "stopped"
+
+// markStopped leaves the mark, as far as the failing disc allows: if it
+// cannot be written either, the start-up trusts the page cache, as before
+// a failure.
+func (j *journal) markStopped() {
+	mark := filepath.Join(j.dir, stoppedName)
+	if err := os.WriteFile(mark, []byte(j.failed.Error()+"\n"), 0o644); err == nil {
+		_ = syncDir(j.dir)
+	}
+}
+
+// wasStopped reports whether a run left the mark of a stopped journal.
+func (j *journal) wasStopped() bool {
+	_, err := os.Stat(filepath.Join(j.dir, stoppedName))
+	return err == nil
 }
 
 // afterCommit has fn run once a commit holds every record added before it
@@ -408,6 +438,13 @@ func (j *journal) reset(carried []byte) error {
 			return fmt.Errorf("reset journal: %w", err)
 		}
 		j.off += int64(len(carried))
+	}
+	// The laps a stopped run left are settled: nothing is left to replay.
+	switch err := os.Remove(filepath.Join(j.dir, stoppedName)); {
+	case err == nil:
+		return syncDir(j.dir)
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("reset journal: %w", err)
 	}
 	return nil
 }

@@ -212,6 +212,57 @@ func TestAJournalOfThisBootIsNotReplayed(t *testing.T) {
 	}
 }
 
+// TestAStoppedJournalIsReplayedInTheSameBoot: after a failed flush the page
+// cache may have dropped what the disc never got, so the start-up after
+// the stop replays even a journal of its own boot; once that is settled,
+// the next start-up in the boot trusts the page cache again.
+func TestAStoppedJournalIsReplayedInTheSameBoot(t *testing.T) {
+	r := newRig(t)
+	j := r.start(DefaultLimit)
+	r.put(j, Items, "h/q/pending/a.json", []byte("posted"))
+	mustCommit(t, j)
+	j.journal.failWrite = errors.New("EIO")
+	r.put(j, Items, "h/q/pending/b.json", []byte("posted, never committed"))
+	if err := j.commit(); err == nil {
+		t.Fatal("a commit whose write failed succeeded")
+	}
+	_ = j.Close()
+	// The writeback of a.json failed with the commit of b: its page was
+	// dropped, and the disc never held it.
+	if err := os.Remove(r.path(Items, "h/q/pending/a.json")); err != nil {
+		t.Fatal(err)
+	}
+
+	sameBoot := func() *Syncer {
+		s, err := Open(Config{Items: r.roots[0], Logs: r.roots[1], Record: true, Checkpoint: func() error { return nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	again := sameBoot()
+	if _, _, err := again.Replay(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := r.read(Items, "h/q/pending/a.json"); got != "posted" {
+		t.Fatalf("a.json after the start-up that followed the stop: %q, want it replayed", got)
+	}
+	if err := again.Settle(); err != nil {
+		t.Fatal(err)
+	}
+	_ = again.Close()
+
+	// Settled: a crash now is a plain one, and the page cache is trusted.
+	if err := os.Remove(r.path(Items, "h/q/pending/a.json")); err != nil {
+		t.Fatal(err)
+	}
+	third := sameBoot()
+	if records, _, err := third.Replay(); err != nil || records != 0 {
+		t.Errorf("replay after the settled stop applied %d records (%v), want none", records, err)
+	}
+}
+
 // TestUncommittedAndTornRecordsAreNotReplayed: records never committed are
 // not on disc, and a record cut short by the crash ends the lap, with what
 // came before it still replayed.
@@ -295,6 +346,9 @@ func TestAFailedCheckpointStopsCommits(t *testing.T) {
 	j := r.start(limit)
 	r.failCheckpoints(errors.New("disc gone"))
 	pad := bytes.Repeat([]byte("x"), 900)
+	if err := j.Err(); err != nil {
+		t.Fatalf("Err before anything failed = %v", err)
+	}
 	var err error
 	i := 0
 	for ; i < 20 && err == nil; i++ {
@@ -303,6 +357,9 @@ func TestAFailedCheckpointStopsCommits(t *testing.T) {
 	}
 	if err == nil {
 		t.Fatal("commits went on with no checkpoint ever succeeding")
+	}
+	if got := j.Err(); got == nil || !strings.Contains(got.Error(), "disc gone") {
+		t.Errorf("Err after the failed checkpoint = %v, want it", got)
 	}
 	r.failCheckpoints(nil)
 	j.Root(Items).Put("later.json", pad)

@@ -37,10 +37,13 @@ type lap struct {
 // left by a process that died with the page cache intact, so the files hold
 // what every record says, and may hold newer changes that were never
 // committed (a claim, a re-queue): replaying older records over them would
-// undo those and disagree with the event log. Such a journal is left alone.
+// undo those and disagree with the event log. Such a journal is left alone,
+// unless it stopped after a failed flush (stoppedName): then the page cache
+// may have lost what the disc never got, as after a power loss.
 func (j *journal) replay() (records, changed int, err error) {
+	trustCache := !j.wasStopped()
 	for _, l := range j.laps() {
-		if l.boot != "" && l.boot == j.boot {
+		if trustCache && l.boot != "" && l.boot == j.boot {
 			continue
 		}
 		recs, err := j.records(l)

@@ -123,6 +123,13 @@ type Syncer struct {
 	next     *batch        // callers waiting for a flush that has not started yet
 	closed   bool
 	loop     sync.WaitGroup
+	// expected counts the callers on their way (Expect) that no Arrive has
+	// met yet; arrived, while a flush waits for them, is closed by the
+	// next Arrive.
+	expected int
+	arrived  chan struct{}
+	// expectWait bounds the wait for an expected caller; 0: ExpectWait.
+	expectWait time.Duration
 
 	// flush is one group commit; commit, but for the group commit's tests.
 	flush func() error
@@ -254,6 +261,19 @@ func (r *Root) Recording() bool { return r.s.record }
 // Sync is Syncer.Sync: it returns once every record added before the call
 // is durable.
 func (r *Root) Sync(ctx context.Context) error { return r.s.Sync(ctx) }
+
+// Err is the failure that stopped the journal (a failed commit, flush or
+// checkpoint), after which every write fails until a restart; nil while
+// it works. It does not wait for a commit: /healthz and /readyz ask it.
+func (s *Syncer) Err() error {
+	if !s.record { // s.journal is then only the leftover one, which Settle removes
+		return nil
+	}
+	if err := s.journal.stopped.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
 
 // Replay and Settle are the whole journal's, not the root's: the items
 // folder's store calls them, as the one that holds the folders' lock.
@@ -388,6 +408,47 @@ func (s *Syncer) Sync(ctx context.Context) error {
 	}
 }
 
+// Expect says a caller is on its way to Arrive: a claim just woken for a
+// task made claimable, whose post (or re-queue) is about to Sync. The next
+// flush to begin waits for it, up to ExpectWait, so that the two writes
+// share one commit: a task handed straight to a waiting worker then costs
+// the worker one commit after its post, not two. Under --sync none it does
+// nothing. Call it before the write that made the task claimable Syncs
+// (notify.Hub.OnWake runs it as the post announces the task).
+func (s *Syncer) Expect() {
+	if !s.record {
+		return
+	}
+	s.mu.Lock()
+	s.expected++
+	s.mu.Unlock()
+}
+
+// Arrive is Sync for a caller that may be one Expect announced: it meets
+// one expectation, if any is open, and then waits as Sync does. Any caller
+// may meet any expectation; a claim nobody woke meets one that a woken
+// claim would have, and joins the same flush in its place.
+func (s *Syncer) Arrive(ctx context.Context) error {
+	if s.record {
+		s.mu.Lock()
+		if s.expected > 0 {
+			s.expected--
+			if s.arrived != nil {
+				close(s.arrived)
+				s.arrived = nil
+			}
+		}
+		s.mu.Unlock()
+	}
+	return s.Sync(ctx)
+}
+
+// ExpectWait is how long a flush waits at most for the callers Expect
+// announced. A woken claim records its write within tens of microseconds
+// on an idle server; one that found the task gone never arrives, and the
+// bound is all its post pays for the wait.
+const ExpectWait = 500 * time.Microsecond
+
 // run flushes batch after batch until no caller is waiting. Callers who
 // arrive during a flush gather in s.next and are served together by the
 // following one.
@@ -434,12 +495,43 @@ const gatherYields = 3
 // costs microseconds and sets no timer, so a lone caller on an idle server
 // is not held up. The caller holds s.mu, and s.next is not nil.
 func (s *Syncer) gather() {
+	s.awaitExpected()
 	for range gatherYields {
 		n := s.next.callers
 		s.mu.Unlock()
 		runtime.Gosched()
 		s.mu.Lock()
 		if s.next.callers == n {
+			return
+		}
+	}
+}
+
+// awaitExpected waits for the callers Expect announced, up to expectWait.
+// Those not met by then are forgotten: each flush waits for the
+// expectations made since the one before it began, at most once. The
+// caller holds s.mu.
+func (s *Syncer) awaitExpected() {
+	defer func() { s.expected = 0 }()
+	if s.expected == 0 {
+		return
+	}
+	wait := s.expectWait
+	if wait == 0 {
+		wait = ExpectWait
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for s.expected > 0 {
+		arrived := make(chan struct{})
+		s.arrived = arrived
+		s.mu.Unlock()
+		select {
+		case <-arrived:
+			s.mu.Lock()
+		case <-timer.C:
+			s.mu.Lock()
+			s.arrived = nil
 			return
 		}
 	}

@@ -157,6 +157,98 @@ func TestConcurrentCallersShareOneFlush(t *testing.T) {
 	})
 }
 
+// goArrive calls s.Arrive in a goroutine and returns where its result
+// will land.
+func goArrive(ctx context.Context, s *Syncer) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- s.Arrive(ctx) }()
+	return done
+}
+
+// A flush waits for the caller Expect announced (a claim woken for the
+// task being posted), so that the post and the claim share it; a caller
+// that was not announced does not hold it up.
+func TestAFlushWaitsForAnExpectedCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGatedFlush()
+		s := groupCommit(g.flush)
+		s.expectWait = time.Hour // only the arrival may end the wait here
+		var served callersSeen
+		s.Observe(&served)
+		ctx := context.Background()
+
+		s.Expect()
+		post := goSync(ctx, s)
+		synctest.Wait()
+		assertCalls(t, g, 0) // waiting for the claim
+		claim := goArrive(ctx, s)
+		synctest.Wait()
+		assertCalls(t, g, 1)
+		g.release <- nil
+		synctest.Wait()
+		for name, done := range map[string]<-chan error{"post": post, "claim": claim} {
+			if err := assertReturned(t, name, done); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		// Nothing expected: a flush begins at once.
+		alone := goSync(ctx, s)
+		synctest.Wait()
+		assertCalls(t, g, 2)
+		g.release <- nil
+		synctest.Wait()
+		if err := assertReturned(t, "a lone caller", alone); err != nil {
+			t.Fatal(err)
+		}
+		if want := []int{2, 1}; !slices.Equal(served, want) {
+			t.Errorf("flushes served %v callers, want %v", served, want)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A caller announced who never comes (the woken claim found the task
+// taken) holds the flush up for ExpectWait and no longer, and only that
+// flush: the expectation is forgotten once it began.
+func TestAnExpectedCallerWhoNeverComesHoldsOneFlushBriefly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGatedFlush()
+		s := groupCommit(g.flush)
+		ctx := context.Background()
+
+		s.Expect()
+		post := goSync(ctx, s)
+		synctest.Wait()
+		assertCalls(t, g, 0)
+		time.Sleep(ExpectWait - time.Microsecond)
+		synctest.Wait()
+		assertCalls(t, g, 0)
+		time.Sleep(time.Microsecond)
+		synctest.Wait()
+		assertCalls(t, g, 1)
+		g.release <- nil
+		synctest.Wait()
+		if err := assertReturned(t, "post", post); err != nil {
+			t.Fatal(err)
+		}
+
+		later := goSync(ctx, s)
+		synctest.Wait()
+		assertCalls(t, g, 2) // at once: nothing is expected any more
+		g.release <- nil
+		synctest.Wait()
+		if err := assertReturned(t, "later caller", later); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // TestReadyCallersJoinTheFlushAboutToBegin has ten callers ready to run at
 // once on one processor. The first to run starts the flush loop, which the
 // scheduler runs next: without gather it would flush for that caller alone,

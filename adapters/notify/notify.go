@@ -36,6 +36,9 @@ type Hub struct {
 	// emptyLook decides on a wake whose look found nothing claimable at
 	// all (WithEmptyLook); nil: as any wake not used.
 	emptyLook func(domain.QueueRef) bool
+	// onWake is told of each claim woken for a task newly claimable
+	// (OnWake); nil: nobody is.
+	onWake func()
 }
 
 // NewHub returns an empty Hub.
@@ -73,6 +76,13 @@ func WithPending(pending func(q domain.QueueRef) bool) Option {
 func WithEmptyLook(handOn func(q domain.QueueRef) bool) Option {
 	return func(h *Hub) { h.emptyLook = handOn }
 }
+
+// OnWake has fn run each time a waiting claim is woken for a task that
+// has just become claimable (Publish, Wake), not when a wake is handed on:
+// the durability adapter then holds the commit the post is about to ask
+// for a moment, for the claim to join it (durable.Syncer.Expect). fn runs
+// under the Hub's lock and must be quick. Call it before serving.
+func (h *Hub) OnWake(fn func()) { h.onWake = fn }
 
 // Await runs try, and again each time a task of q may have become
 // claimable, until try reports it claimed one (Await returns nil), try
@@ -188,7 +198,7 @@ func (h *Hub) Publish(ev domain.Event) {
 		// delayed (a backoff, a delayed post) wakes nobody now; Wake does
 		// once its time has come.
 		h.wakes++
-		h.wakeNext(k.Ref(), h.wakes)
+		h.wakeFresh(k.Ref())
 	}
 	for s := range h.subs[k] {
 		select {
@@ -212,7 +222,15 @@ func (h *Hub) Wake(q domain.QueueRef, n int) {
 			return
 		}
 		h.wakes++
-		h.wakeNext(q, h.wakes)
+		h.wakeFresh(q)
+	}
+}
+
+// wakeFresh gives the wake just numbered to the claim longest in q's line,
+// telling onWake if one took it. h.mu is held.
+func (h *Hub) wakeFresh(q domain.QueueRef) {
+	if h.wakeNext(q, h.wakes) && h.onWake != nil {
+		h.onWake()
 	}
 }
 
@@ -242,19 +260,20 @@ func (h *Hub) Interrupt() {
 
 // wakeNext gives wake n to the waiter longest in q's line, if it joined
 // before the wake: one that joined later looked for tasks after this one
-// was there. h.mu is held.
-func (h *Hub) wakeNext(q domain.QueueRef, n uint64) {
+// was there, and reports whether one did. h.mu is held.
+func (h *Hub) wakeNext(q domain.QueueRef, n uint64) bool {
 	l := h.lines[q]
 	if l == nil {
-		return
+		return false
 	}
 	w := l.Front().Value.(*waiter)
 	if w.since >= n {
-		return
+		return false
 	}
 	h.unline(w)
 	w.wake = n
 	close(w.woken)
+	return true
 }
 
 // unline takes w out of its queue's line. h.mu is held.

@@ -340,3 +340,63 @@ func TestEmptyLookHandsOnOnlyWhenTold(t *testing.T) {
 		})
 	}
 }
+
+// OnWake hears of each claim woken for a task that has just become
+// claimable (a post, a Wake), so that the post's commit can wait for the
+// claim; not of a task nobody waits for, nor of a wake handed on.
+func TestOnWakeHearsOfFreshWakesOnly(t *testing.T) {
+	var wakes atomic.Int32
+	h := NewHub(WithPending(func(domain.QueueRef) bool { return true }))
+	h.OnWake(func() { wakes.Add(1) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	h.Publish(event(resize, "9f2c1a0b7d4e6f83", domain.EventPosted, 0))
+	if got := wakes.Load(); got != 0 {
+		t.Fatalf("OnWake heard %d wakes with nobody waiting, want 0", got)
+	}
+
+	// a is woken in vain and hands the wake on to b, who takes the task.
+	joined := make(chan struct{}, 2)
+	bTook := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tries := 0
+		_ = h.Await(ctx, resize, func() (bool, error) {
+			if tries++; tries == 1 {
+				joined <- struct{}{}
+			}
+			return false, nil
+		})
+	})
+	<-joined
+	wg.Go(func() {
+		tries := 0
+		_ = h.Await(ctx, resize, func() (bool, error) {
+			if tries++; tries == 1 {
+				joined <- struct{}{}
+				return false, nil
+			}
+			close(bTook)
+			return true, nil
+		})
+	})
+	<-joined
+	h.Publish(event(resize, "9f2c1a0b7d4e6f83", domain.EventPosted, 1))
+	select {
+	case <-bTook:
+	case <-ctx.Done():
+		t.Fatal("the wake was not handed on to b")
+	}
+	if got := wakes.Load(); got != 1 {
+		t.Fatalf("OnWake heard %d wakes for one post woken in vain and handed on, want 1", got)
+	}
+
+	// Wake (a delayed task come due) wakes a, still waiting.
+	h.Wake(resize, 3)
+	if got := wakes.Load(); got != 2 {
+		t.Fatalf("OnWake heard %d wakes after a Wake of one waiting claim, want 2", got)
+	}
+	cancel()
+	wg.Wait()
+}

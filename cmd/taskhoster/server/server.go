@@ -222,6 +222,11 @@ var DurableModule = fx.Module("durable",
 	// tasks, and the store needs the journal: so the observer joins here,
 	// before anything is served, rather than as an argument of Open.
 	fx.Invoke(func(s *durable.Syncer, m *metrics.Metrics) { s.Observe(m) }),
+	// A claim woken for a task just posted joins the post's commit
+	// (durable.Syncer.Expect): one commit from post to worker, not two.
+	fx.Invoke(func(s *durable.Syncer, h *notify.Hub) { h.OnWake(s.Expect) }),
+	// A journal stopped by a failed flush fails /healthz and /readyz.
+	fx.Invoke(func(s *durable.Syncer, r *Ready) { r.stopped = s.Err }),
 )
 
 // StoreModule opens the items folder (taking its lock) and closes it last
@@ -505,7 +510,45 @@ var SweepModule = fx.Module("sweep",
 
 // Ready is the readiness flag /readyz reports: up once the API listens,
 // down as soon as shutdown begins.
-type Ready struct{ atomic.Bool }
+type Ready struct {
+	atomic.Bool
+	// stopped reports a failure after which every write fails until a
+	// restart (durable.Syncer.Err); nil: none can happen. Set before
+	// serving.
+	stopped func() error
+}
+
+// healthHandlers are /healthz and /readyz. A server whose journal stopped
+// after a failed flush is alive but useless, and only a restart (which
+// replays the journal) mends it: both answer 503, so a supervisor's
+// liveness probe restarts it and its readiness probe sends no clients.
+func healthHandlers(ready *Ready) (healthz, readyz http.HandlerFunc) {
+	failed := func(w http.ResponseWriter) bool {
+		if ready.stopped == nil {
+			return false
+		}
+		if err := ready.stopped(); err != nil {
+			http.Error(w, "stopped: "+err.Error(), http.StatusServiceUnavailable)
+			return true
+		}
+		return false
+	}
+	healthz = func(w http.ResponseWriter, _ *http.Request) {
+		if !failed(w) {
+			_, _ = w.Write([]byte("ok\n"))
+		}
+	}
+	readyz = func(w http.ResponseWriter, _ *http.Request) {
+		switch {
+		case failed(w):
+		case !ready.Load():
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+		default:
+			_, _ = w.Write([]byte("ready\n"))
+		}
+	}
+	return healthz, readyz
+}
 
 // HTTPModule serves the API. Its start hook binds the listener, so a port in
 // use fails start-up; its stop hook drains waiting claims, then lets requests
@@ -614,16 +657,9 @@ var AdminModule = fx.Module("admin",
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-			_, _ = w.Write([]byte("ok\n"))
-		})
-		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-			if !ready.Load() {
-				http.Error(w, "not ready", http.StatusServiceUnavailable)
-				return
-			}
-			_, _ = w.Write([]byte("ready\n"))
-		})
+		healthz, readyz := healthHandlers(ready)
+		mux.HandleFunc("GET /healthz", healthz)
+		mux.HandleFunc("GET /readyz", readyz)
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		lc.Append(fx.Hook{
 			OnStart: func(context.Context) error { return listen(srv, cfg.AdminAddr, "admin", 0, logger, nil) },

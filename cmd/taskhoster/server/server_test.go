@@ -1,6 +1,10 @@
 package server
 
 import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +40,40 @@ func TestConfigValidate(t *testing.T) {
 	} {
 		if bad.Validate() == nil {
 			t.Errorf("%s: bad config accepted", name)
+		}
+	}
+}
+
+// /healthz and /readyz answer 503 once the journal has stopped after a
+// failed flush: the server can take no write until it is restarted.
+func TestHealthFailsOnceTheJournalStopped(t *testing.T) {
+	var stopped error
+	ready := &Ready{stopped: func() error { return stopped }}
+	healthz, readyz := healthHandlers(ready)
+	probe := func(h http.HandlerFunc) (int, string) {
+		rec := httptest.NewRecorder()
+		h(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		return rec.Code, strings.TrimSpace(rec.Body.String())
+	}
+	for _, tc := range []struct {
+		name                string
+		up                  bool
+		stopped             error
+		healthz, readyz     int
+		healthBody, rdyBody string
+	}{
+		{"starting", false, nil, 200, 503, "ok", "not ready"},
+		{"serving", true, nil, 200, 200, "ok", "ready"},
+		{"stopped", true, errors.New("commit failed; restart the server: EIO"), 503, 503,
+			"stopped: commit failed; restart the server: EIO", "stopped: commit failed; restart the server: EIO"},
+	} {
+		ready.Store(tc.up)
+		stopped = tc.stopped
+		if code, body := probe(healthz); code != tc.healthz || body != tc.healthBody {
+			t.Errorf("%s: /healthz %d %q, want %d %q", tc.name, code, body, tc.healthz, tc.healthBody)
+		}
+		if code, body := probe(readyz); code != tc.readyz || body != tc.rdyBody {
+			t.Errorf("%s: /readyz %d %q, want %d %q", tc.name, code, body, tc.readyz, tc.rdyBody)
 		}
 	}
 }
