@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -496,5 +497,84 @@ func TestEventsInStoreOrder(t *testing.T) {
 	last := events[len(events)-1]
 	if string(last.Task.Progress) != string(stored.Progress) {
 		t.Errorf("last logged progress %s, stored %s", last.Task.Progress, stored.Progress)
+	}
+}
+
+// gatherRepo holds each Update until want of them are under way at once,
+// or a while has passed: moves back run one after another would each wait
+// there alone (and, on the file store, each for a commit of its own).
+type gatherRepo struct {
+	*index.Store
+	want int
+
+	mu      sync.Mutex
+	inOne   int
+	most    int
+	arrived chan struct{} // closed once want are under way
+}
+
+func (r *gatherRepo) Update(ctx context.Context, k domain.Key, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+	r.mu.Lock()
+	r.inOne++
+	r.most = max(r.most, r.inOne)
+	if r.inOne == r.want {
+		close(r.arrived)
+	}
+	r.mu.Unlock()
+	select {
+	case <-r.arrived:
+	case <-time.After(5 * time.Second):
+	}
+	defer func() {
+		r.mu.Lock()
+		r.inOne--
+		r.mu.Unlock()
+	}()
+	return r.Store.Update(ctx, k, fn, then)
+}
+
+func (r *gatherRepo) mostAtOnce() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.most
+}
+
+// A socket that closes holding tasks, and a sweep that finds leases lapsed,
+// move them back to pending side by side, so that on the file store they
+// share commits rather than wait for one each.
+func TestMovesBackRunSideBySide(t *testing.T) {
+	const tasks = 5
+	for _, how := range []string{"socket closed", "leases lapsed"} {
+		t.Run(how, func(t *testing.T) {
+			s := domain.DefaultSettings()
+			s.LeaseSeconds = 10
+			f := newFixture(t, s)
+			repo := &gatherRepo{Store: f.repo, want: tasks, arrived: make(chan struct{})}
+			f.svc = app.New(app.Deps{Repo: repo, Syncer: f.sync, Log: f.log, Notifier: notify.NewHub(), Clock: f.clock, Compiler: schema.Compiler{}})
+			ctx := context.Background()
+			var held []app.Held
+			for i := range tasks {
+				f.post(t, fmt.Sprintf(`{"url":"%d"}`, i))
+				c := f.claim(t, "w")
+				held = append(held, app.Held{ID: c.ID, Attempts: c.Attempts})
+			}
+			if how == "socket closed" {
+				n, err := f.svc.RequeueAll(ctx, f.q, held, domain.CauseSocket)
+				if err != nil || n != tasks {
+					t.Fatalf("RequeueAll = %d, %v; want %d", n, err, tasks)
+				}
+			} else {
+				f.clock.Advance(11 * time.Second)
+				if err := f.svc.Sweep(ctx, []*domain.Queue{f.q}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := repo.mostAtOnce(); got != tasks {
+				t.Errorf("at most %d moves back under way at once, want all %d", got, tasks)
+			}
+			if c := f.repo.Counts(f.q.Ref()); c.Pending != tasks {
+				t.Errorf("%d tasks pending after the moves back, want %d", c.Pending, tasks)
+			}
+		})
 	}
 }

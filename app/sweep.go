@@ -78,10 +78,12 @@ func (s *Service) sweepQueue(ctx context.Context, q *domain.Queue) error {
 			return err
 		}
 	}
-	for _, id := range requeue {
-		if err := s.apply(ctx, q, id, domain.DueRequeue); err != nil {
-			return err
-		}
+	// Re-queues are moves back, each committed before it returns: side by
+	// side, a mass lapse shares commits.
+	if err := sideBySide(len(requeue), func(i int) error {
+		return s.apply(ctx, q, requeue[i], domain.DueRequeue)
+	}); err != nil {
+		return err
 	}
 	for _, id := range clean {
 		if err := s.clean(ctx, q, id); err != nil {

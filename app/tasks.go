@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/taskhoster/taskhoster/domain"
@@ -254,9 +256,9 @@ func (s *Service) Result(ctx context.Context, q *domain.Queue, id, worker string
 }
 
 // Requeue puts a task back to pending if it is still processing under the
-// claim that handed it out (attempt number attempts). A socket that closes
-// calls it for every task it still holds; a task that was since re-queued
-// and claimed by someone else, or finished, is left alone.
+// claim that handed it out (attempt number attempts): a claim whose client
+// left before it was answered. A task that was since re-queued and claimed
+// by someone else, or finished, is left alone.
 func (s *Service) Requeue(ctx context.Context, q *domain.Queue, id string, attempts int, cause string) (bool, error) {
 	_, err := s.transition(ctx, q, id, func(t domain.Task, now time.Time) (domain.Task, domain.Event, error) {
 		if t.Attempts != attempts {
@@ -271,6 +273,55 @@ func (s *Service) Requeue(ctx context.Context, q *domain.Queue, id string, attem
 		return false, fmt.Errorf("requeue %s: %w", id, err)
 	}
 	return true, nil
+}
+
+// Held is a task held under one claim: its id and the claim's attempt
+// number.
+type Held struct {
+	ID       string
+	Attempts int
+}
+
+// RequeueAll re-queues each task of held (Requeue), side by side, and
+// reports how many went back to pending, with every error: a socket that
+// closes calls it for every task it still holds.
+func (s *Service) RequeueAll(ctx context.Context, q *domain.Queue, held []Held, cause string) (int, error) {
+	var requeued atomic.Int64
+	err := sideBySide(len(held), func(i int) error {
+		ok, err := s.Requeue(ctx, q, held[i].ID, held[i].Attempts, cause)
+		if ok {
+			requeued.Add(1)
+		}
+		return err
+	})
+	return int(requeued.Load()), err
+}
+
+// maxSideBySide bounds the moves back run at once (sideBySide).
+const maxSideBySide = 64
+
+// sideBySide runs fn(i) for each i below n, up to maxSideBySide at once,
+// and returns their errors joined. Many moves back at once (a socket that
+// held hundreds of tasks closing, a sweep finding as many leases lapsed)
+// go side by side: under --sync always the file store commits each before
+// it returns, and one after another they would wait for a commit each,
+// where side by side they share a few.
+func sideBySide(n int, fn func(i int) error) error {
+	if n == 1 {
+		return fn(0)
+	}
+	errs := make([]error, n)
+	slots := make(chan struct{}, maxSideBySide)
+	var wg sync.WaitGroup
+	for i := range n {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			errs[i] = fn(i)
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func (s *Service) get(ctx context.Context, q *domain.Queue, id string) (domain.Task, error) {

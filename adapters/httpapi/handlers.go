@@ -161,10 +161,12 @@ func (a *API) handBack(r *http.Request, q *domain.Queue, tasks ...domain.Task) b
 	if r.Context().Err() == nil {
 		return false
 	}
-	for _, t := range tasks {
-		if _, err := a.svc.Requeue(context.WithoutCancel(r.Context()), q, t.ID, t.Attempts, domain.CauseSocket); err != nil {
-			a.logger.Error("re-queue a task claimed for a client that has gone", zap.String("task", t.ID), zap.Error(err))
-		}
+	held := make([]app.Held, len(tasks))
+	for i, t := range tasks {
+		held[i] = app.Held{ID: t.ID, Attempts: t.Attempts}
+	}
+	if _, err := a.svc.RequeueAll(context.WithoutCancel(r.Context()), q, held, domain.CauseSocket); err != nil {
+		a.logger.Error("re-queue tasks claimed for a client that has gone", zap.Error(err))
 	}
 	return true
 }

@@ -429,15 +429,13 @@ func (w *worker) release() {
 	w.watchers.Wait() // they end with w.ctx
 
 	// No goroutine touches held any more.
-	requeued := 0
+	held := make([]app.Held, 0, len(w.held))
 	for id, h := range w.held {
-		ok, err := w.s.svc.Requeue(context.Background(), w.q, id, h.attempts, domain.CauseSocket)
-		if err != nil {
-			w.logger.Error("re-queue a closed socket's task", zap.String("id", id), zap.Error(err))
-		}
-		if ok {
-			requeued++
-		}
+		held = append(held, app.Held{ID: id, Attempts: h.attempts})
+	}
+	requeued, err := w.s.svc.RequeueAll(context.Background(), w.q, held, domain.CauseSocket)
+	if err != nil {
+		w.logger.Error("re-queue a closed socket's tasks", zap.Error(err))
 	}
 	if requeued > 0 {
 		w.logger.Info("worker socket closed; its tasks are pending again", zap.Int("requeued", requeued))

@@ -501,3 +501,39 @@ func TestKillNineWithoutRebootReplaysNothing(t *testing.T) {
 		t.Errorf("the journal was replayed after a kill without a reboot:\n%s", s.Stderr())
 	}
 }
+
+// TestAClosedSocketsTasksShareCommits: under --sync always a move back is
+// committed before it returns; a worker socket that closes holding many
+// tasks moves them back side by side, so they share a few commits rather
+// than wait for one each (the commits /metrics counts).
+func TestAClosedSocketsTasksShareCommits(t *testing.T) {
+	t.Parallel()
+	const tasks = 64
+	s := start(t, newDirs(t), "--sweep", "1h") // no sweep's commit in between
+	k := s.dial("/resize/work?worker=box-1", boxToken)
+	for i := range tasks {
+		s.post("resize", aliceToken, fmt.Sprintf(`{"url":"%d"}`, i))
+		k.claimTask(i + 1)
+	}
+	scrape := func() string {
+		resp, err := http.Get(s.admin + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return readAll(t, resp)
+	}
+	const pending = `taskhoster_queue_tasks{host="task.example.com",queue="resize",state="pending"}`
+	before := metricValue(scrape(), "taskhoster_flush_duration_seconds_count")
+	_ = k.c.Close()
+	var body string
+	eventually(t, "every task to be pending again", func() bool {
+		body = scrape()
+		return metricValue(body, pending) == tasks
+	})
+	commits := metricValue(body, "taskhoster_flush_duration_seconds_count") - before
+	t.Logf("%v commits moved %d tasks back", commits, tasks)
+	if commits >= tasks*3/4 { // one after another: one each
+		t.Errorf("%v commits to move %d tasks back, want them to share a few", commits, tasks)
+	}
+}
