@@ -67,9 +67,10 @@ var zeros = make([]byte, maxGrow)
 // time (Syncer.commitMu).
 type journal struct {
 	dir     string
-	roots   []string
-	lapData []byte // what each lap record holds: the boot id, then the roots
-	boot    string // the kernel's boot id (see bootID)
+	roots   []string // the folders, absolute
+	given   []string // the folders as configured (laps of old versions name them so)
+	lapData []byte   // what each lap record holds: the boot id, then the roots
+	boot    string   // the kernel's boot id (see bootID)
 	limit   int64
 	// checkpoint makes every file written so far durable (syncfs of the
 	// filesystems the journal covers).
@@ -117,14 +118,26 @@ type journal struct {
 }
 
 // openJournal opens (creating if needed) the journal in dir, for writes in
-// the folders roots (a record's Root indexes them, in rootNames' order).
+// the folders given (a record's Root indexes them, in rootNames' order).
 // checkpoint must make every file written before the call durable. It does
 // not replay: call replay, then reset, before the first record.
-func openJournal(dir string, limit int64, checkpoint func() error, roots []string) (*journal, error) {
+//
+// A lap names the folders by their absolute paths: a relative one names
+// another folder from another working directory, and a replay there would
+// write the records into it.
+func openJournal(dir string, limit int64, checkpoint func() error, given []string) (*journal, error) {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("open journal: %w", err)
 	}
-	j := &journal{dir: dir, roots: roots, boot: bootID(), limit: limit, checkpoint: checkpoint, aio: newAsyncSyncer()}
+	roots := make([]string, len(given))
+	for i, g := range given {
+		abs, err := filepath.Abs(g)
+		if err != nil {
+			return nil, fmt.Errorf("open journal: %w", err)
+		}
+		roots[i] = abs
+	}
+	j := &journal{dir: dir, roots: roots, given: given, boot: bootID(), limit: limit, checkpoint: checkpoint, aio: newAsyncSyncer()}
 	// NUL cannot be in a path.
 	j.lapData = []byte(strings.Join(append([]string{j.boot}, roots...), "\x00"))
 	for i, name := range fileNames {

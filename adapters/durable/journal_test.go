@@ -514,6 +514,58 @@ func TestReplayRefusesOtherFolders(t *testing.T) {
 	}
 }
 
+// TestAJournalNamesItsFoldersAbsolutely: a server given relative folders
+// and started again after a power loss from another working directory, its
+// items folder named by another path, must not replay the logs folder's
+// records into the "logs" of its new working directory: the lap names
+// the folders it was written for by their absolute paths.
+func TestAJournalNamesItsFoldersAbsolutely(t *testing.T) {
+	first, second := t.TempDir(), t.TempDir()
+	t.Chdir(first)
+	t.Setenv(BootEnv, "boot-1")
+	j, err := Open(Config{Items: "items", Logs: "logs", Record: true, Checkpoint: func() error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.journal.reset(nil); err != nil {
+		t.Fatal(err)
+	}
+	j.Root(Logs).Append("tasks/d.jsonl", 0, []byte("line\n"))
+	mustCommit(t, j)
+	_ = j.Close()
+
+	t.Chdir(second)
+	t.Setenv(BootEnv, "boot-2")
+	items := filepath.Join(first, "items")
+	again, err := Open(Config{Items: items, Logs: "logs", Record: true, Checkpoint: func() error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	if _, _, err := again.Replay(); err == nil || !strings.Contains(err.Error(), filepath.Join(first, "logs")) {
+		t.Errorf("replay from another working directory: %v, want a refusal naming %s", err, filepath.Join(first, "logs"))
+	}
+	if _, err := os.Stat(filepath.Join(second, "logs", "tasks", "d.jsonl")); err == nil {
+		t.Error("replay wrote into another working directory's logs folder")
+	}
+
+	// From the first working directory, with the same relative folders, it
+	// replays.
+	t.Chdir(first)
+	_ = again.Close()
+	back, err := Open(Config{Items: "items", Logs: "logs", Record: true, Checkpoint: func() error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Close()
+	if records, _, err := back.Replay(); err != nil || records == 0 {
+		t.Fatalf("replay from the first working directory: %d records, %v", records, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(first, "logs", "tasks", "d.jsonl")); err != nil || string(b) != "line\n" {
+		t.Errorf("day file after the replay: %q, %v", b, err)
+	}
+}
+
 // FuzzParse: whatever a journal file holds, parsing it does not panic, and
 // what it returns re-encodes to the bytes it came from.
 func FuzzParse(f *testing.F) {

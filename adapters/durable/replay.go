@@ -54,7 +54,7 @@ func (j *journal) replay() (records, changed int, err error) {
 			// A record belongs in the folder it was written for. After a
 			// crash, starting with other folders would put its bytes in
 			// the wrong files: refuse, and say how to replay it.
-			if r.Root >= len(l.roots) || r.Root >= len(j.roots) || l.roots[r.Root] != j.roots[r.Root] {
+			if r.Root >= len(l.roots) || r.Root >= len(j.roots) || !j.sameRoot(l.roots[r.Root], r.Root) {
 				root := "?"
 				if r.Root < len(l.roots) {
 					root = l.roots[r.Root]
@@ -73,6 +73,14 @@ func (j *journal) replay() (records, changed int, err error) {
 		}
 	}
 	return records, changed, nil
+}
+
+// sameRoot reports whether a lap's folder lapRoot is the folder of root
+// index i: its absolute path, or, for a lap of a version that wrote the
+// folders as configured, the same relative path (from which working
+// directory, such a lap does not say).
+func (j *journal) sameRoot(lapRoot string, i int) bool {
+	return lapRoot == j.roots[i] || (!filepath.IsAbs(lapRoot) && lapRoot == j.given[i])
 }
 
 // apply makes the disc agree with one record (whose root replay checked),

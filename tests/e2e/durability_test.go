@@ -515,20 +515,12 @@ func TestAClosedSocketsTasksShareCommits(t *testing.T) {
 		s.post("resize", aliceToken, fmt.Sprintf(`{"url":"%d"}`, i))
 		k.claimTask(i + 1)
 	}
-	scrape := func() string {
-		resp, err := http.Get(s.admin + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		return readAll(t, resp)
-	}
 	const pending = `taskhoster_queue_tasks{host="task.example.com",queue="resize",state="pending"}`
-	before := metricValue(scrape(), "taskhoster_flush_duration_seconds_count")
+	before := metricValue(s.metrics(), "taskhoster_flush_duration_seconds_count")
 	_ = k.c.Close()
 	var body string
 	eventually(t, "every task to be pending again", func() bool {
-		body = scrape()
+		body = s.metrics()
 		return metricValue(body, pending) == tasks
 	})
 	commits := metricValue(body, "taskhoster_flush_duration_seconds_count") - before

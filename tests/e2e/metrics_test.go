@@ -33,18 +33,10 @@ func TestMetricsShowWhatQueuesDo(t *testing.T) {
 		t.Errorf("plain request to the worker socket: %d %s", plain.Status, plain.Body)
 	}
 
-	scrape := func() string {
-		resp, err := http.Get(s.admin + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		return readAll(t, resp)
-	}
 	const q = `{host="task.example.com",queue="resize"}`
 	var body string
 	eventually(t, "the socket's claim to wait", func() bool {
-		body = scrape()
+		body = s.metrics()
 		return metricValue(body, "taskhoster_queue_claims_waiting"+q) == 1
 	})
 	for name, want := range map[string]float64{
@@ -79,13 +71,13 @@ func TestMetricsShowWhatQueuesDo(t *testing.T) {
 	// longer connected.
 	_ = k.c.Close()
 	eventually(t, "the closed socket to be counted", func() bool {
-		return metricValue(scrape(), `taskhoster_request_duration_seconds_count{code="101",method="GET",route="/{queue}/work"}`) == 1
+		return metricValue(s.metrics(), `taskhoster_request_duration_seconds_count{code="101",method="GET",route="/{queue}/work"}`) == 1
 	})
 	// The socket is counted out before its request is recorded, but one
 	// scrape collects the gauges and the histogram at different moments
 	// (the registry gathers its collectors concurrently), so the gauges are
 	// read from a scrape that begins after the request was recorded.
-	body = scrape()
+	body = s.metrics()
 	for _, name := range []string{"taskhoster_queue_worker_sockets" + q, "taskhoster_queue_claims_waiting" + q, `taskhoster_host_sockets{host="task.example.com"}`} {
 		if got := metricValue(body, name); got != 0 {
 			t.Errorf("after the socket closed, %s = %v", name, got)
@@ -117,4 +109,15 @@ func TestAdminServesProfiles(t *testing.T) {
 			t.Errorf("GET %s: %d, %q…", path, resp.StatusCode, body[:min(len(body), 20)])
 		}
 	}
+}
+
+// metrics scrapes the server's /metrics.
+func (s *server) metrics() string {
+	s.t.Helper()
+	resp, err := http.Get(s.admin + "/metrics")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	return readAll(s.t, resp)
 }
