@@ -306,6 +306,7 @@ func (s *arrivingSyncer) note(call string) {
 }
 
 func (s *arrivingSyncer) Expect()                          { s.note("expect") }
+func (s *arrivingSyncer) Unexpect()                        { s.note("unexpect") }
 func (s *arrivingSyncer) Sync(context.Context) error       { s.note("sync"); return nil }
 func (s *arrivingSyncer) Arrive(ctx context.Context) error { s.note("arrive"); return nil }
 
@@ -316,7 +317,7 @@ func TestAClaimWokenByAPostArrivesAtItsFlush(t *testing.T) {
 	f := newFixture(t, domain.DefaultSettings())
 	s := &arrivingSyncer{}
 	hub := notify.NewHub()
-	hub.OnWake(s.Expect)
+	hub.OnWake(s.Expect, s.Unexpect)
 	looks := make(chan error, 4)
 	svc := app.New(app.Deps{
 		Repo: f.repo, Syncer: s, Log: f.log, Notifier: lookRecorder{Hub: hub, looks: looks},

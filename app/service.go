@@ -41,6 +41,12 @@ type Deps struct {
 	// MaxWaiting bounds the claims waiting for work at once, over HTTP and
 	// sockets together (each costs a goroutine and a timer). Default 50 000.
 	MaxWaiting int
+	// MovesBackAtOnce bounds the moves back (re-queues) one call runs side
+	// by side: a socket closing with tasks held, a sweep finding leases
+	// lapsed (sideBySide). Default 1, one after another. The file store
+	// commits each move back before it returns, so many at once share
+	// commits; on a database each takes a pooled connection.
+	MovesBackAtOnce int
 }
 
 // DefaultMaxWaiting is Deps.MaxWaiting's default.
@@ -60,6 +66,8 @@ type Service struct {
 
 	waiting    atomic.Int64 // claims parked waiting for work
 	maxWaiting int64
+
+	movesBackAtOnce int // Deps.MovesBackAtOnce
 
 	// drained ends when the server begins to shut down, so that claims
 	// waiting for work answer at once instead of holding the shutdown up.
@@ -82,8 +90,8 @@ func New(d Deps) *Service {
 	}
 	drained, drain := context.WithCancel(context.Background())
 	return &Service{
-		maxWaiting: int64(d.MaxWaiting),
-		repo:       d.Repo, syncer: d.Syncer, log: d.Log, notifier: d.Notifier,
+		maxWaiting: int64(d.MaxWaiting), movesBackAtOnce: max(d.MovesBackAtOnce, 1),
+		repo: d.Repo, syncer: d.Syncer, log: d.Log, notifier: d.Notifier,
 		clock: d.Clock, pauses: d.Pauses, observer: d.Observer, logger: d.Logger,
 		queries: newQueryCache(d.Compiler, 512),
 		drained: drained, drain: drain,

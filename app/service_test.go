@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -523,7 +524,7 @@ func (r *gatherRepo) Update(ctx context.Context, k domain.Key, fn func(*domain.T
 	r.mu.Unlock()
 	select {
 	case <-r.arrived:
-	case <-time.After(5 * time.Second):
+	case <-time.After(2 * time.Second):
 	}
 	defer func() {
 		r.mu.Lock()
@@ -550,7 +551,7 @@ func TestMovesBackRunSideBySide(t *testing.T) {
 			s.LeaseSeconds = 10
 			f := newFixture(t, s)
 			repo := &gatherRepo{Store: f.repo, want: tasks, arrived: make(chan struct{})}
-			f.svc = app.New(app.Deps{Repo: repo, Syncer: f.sync, Log: f.log, Notifier: notify.NewHub(), Clock: f.clock, Compiler: schema.Compiler{}})
+			f.svc = app.New(app.Deps{Repo: repo, Syncer: f.sync, Log: f.log, Notifier: notify.NewHub(), Clock: f.clock, Compiler: schema.Compiler{}, MovesBackAtOnce: tasks})
 			ctx := context.Background()
 			var held []app.Held
 			for i := range tasks {
@@ -576,5 +577,39 @@ func TestMovesBackRunSideBySide(t *testing.T) {
 				t.Errorf("%d tasks pending after the moves back, want %d", c.Pending, tasks)
 			}
 		})
+	}
+}
+
+// failingRepo refuses every Update, counting them.
+type failingRepo struct {
+	*index.Store
+	updates atomic.Int32
+}
+
+func (r *failingRepo) Update(context.Context, domain.Key, func(*domain.Task) error, ports.Then) (domain.Task, error) {
+	r.updates.Add(1)
+	return domain.Task{}, errDiscGone
+}
+
+var errDiscGone = errors.New("disc gone")
+
+// Once a move back fails, RequeueAll starts no more (on a stopped journal
+// each would write its destination only to fail), and returns that error.
+func TestRequeueAllStopsAtTheFirstFailure(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	var held []app.Held
+	for i := range 5 {
+		f.post(t, fmt.Sprintf(`{"url":"%d"}`, i))
+		c := f.claim(t, "w")
+		held = append(held, app.Held{ID: c.ID, Attempts: c.Attempts})
+	}
+	repo := &failingRepo{Store: f.repo}
+	svc := app.New(app.Deps{Repo: repo, Syncer: f.sync, Log: f.log, Notifier: notify.NewHub(), Clock: f.clock, Compiler: schema.Compiler{}})
+	n, err := svc.RequeueAll(context.Background(), f.q, held, domain.CauseSocket)
+	if n != 0 || !errors.Is(err, errDiscGone) {
+		t.Errorf("RequeueAll = %d, %v; want 0 and the failure", n, err)
+	}
+	if got := repo.updates.Load(); got != 1 {
+		t.Errorf("%d moves back tried, want 1: none after the first failed", got)
 	}
 }

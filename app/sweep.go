@@ -80,7 +80,7 @@ func (s *Service) sweepQueue(ctx context.Context, q *domain.Queue) error {
 	}
 	// Re-queues are moves back, each committed before it returns: side by
 	// side, a mass lapse shares commits.
-	if err := sideBySide(len(requeue), func(i int) error {
+	if err := s.sideBySide(len(requeue), func(i int) error {
 		return s.apply(ctx, q, requeue[i], domain.DueRequeue)
 	}); err != nil {
 		return err

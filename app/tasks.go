@@ -256,9 +256,9 @@ func (s *Service) Result(ctx context.Context, q *domain.Queue, id, worker string
 }
 
 // Requeue puts a task back to pending if it is still processing under the
-// claim that handed it out (attempt number attempts): a claim whose client
-// left before it was answered. A task that was since re-queued and claimed
-// by someone else, or finished, is left alone.
+// claim that handed it out (attempt number attempts), for a client that
+// has gone (RequeueAll). A task that was since re-queued and claimed by
+// someone else, or finished, is left alone.
 func (s *Service) Requeue(ctx context.Context, q *domain.Queue, id string, attempts int, cause string) (bool, error) {
 	_, err := s.transition(ctx, q, id, func(t domain.Task, now time.Time) (domain.Task, domain.Event, error) {
 		if t.Attempts != attempts {
@@ -283,11 +283,12 @@ type Held struct {
 }
 
 // RequeueAll re-queues each task of held (Requeue), side by side, and
-// reports how many went back to pending, with every error: a socket that
-// closes calls it for every task it still holds.
+// reports how many went back to pending: a socket that closes calls it for
+// every task it still holds. After a failure it starts no more, and
+// returns the first error.
 func (s *Service) RequeueAll(ctx context.Context, q *domain.Queue, held []Held, cause string) (int, error) {
 	var requeued atomic.Int64
-	err := sideBySide(len(held), func(i int) error {
+	err := s.sideBySide(len(held), func(i int) error {
 		ok, err := s.Requeue(ctx, q, held[i].ID, held[i].Attempts, cause)
 		if ok {
 			requeued.Add(1)
@@ -297,31 +298,35 @@ func (s *Service) RequeueAll(ctx context.Context, q *domain.Queue, held []Held, 
 	return int(requeued.Load()), err
 }
 
-// maxSideBySide bounds the moves back run at once (sideBySide).
-const maxSideBySide = 64
-
-// sideBySide runs fn(i) for each i below n, up to maxSideBySide at once,
-// and returns their errors joined. Many moves back at once (a socket that
-// held hundreds of tasks closing, a sweep finding as many leases lapsed)
-// go side by side: under --sync always the file store commits each before
-// it returns, and one after another they would wait for a commit each,
-// where side by side they share a few.
-func sideBySide(n int, fn func(i int) error) error {
-	if n == 1 {
-		return fn(0)
-	}
-	errs := make([]error, n)
-	slots := make(chan struct{}, maxSideBySide)
-	var wg sync.WaitGroup
+// sideBySide runs fn(i) for each i below n, up to Deps.MovesBackAtOnce at
+// once, until one fails, and returns the first error. Many moves back at
+// once (a socket that held hundreds of tasks closing, a sweep finding as
+// many leases lapsed) go side by side: under --sync always the file store
+// commits each before it returns, and one after another they would wait
+// for a commit each, where side by side they share a few.
+func (s *Service) sideBySide(n int, fn func(i int) error) error {
+	var (
+		wg     sync.WaitGroup
+		failed atomic.Pointer[error]
+	)
+	slots := make(chan struct{}, s.movesBackAtOnce)
 	for i := range n {
 		slots <- struct{}{}
+		if failed.Load() != nil {
+			break
+		}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			errs[i] = fn(i)
+			if err := fn(i); err != nil {
+				failed.CompareAndSwap(nil, &err)
+			}
 		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	if err := failed.Load(); err != nil {
+		return *err
+	}
+	return nil
 }
 
 func (s *Service) get(ctx context.Context, q *domain.Queue, id string) (domain.Task, error) {

@@ -158,12 +158,16 @@ func openJournal(dir string, limit int64, checkpoint func() error, given []strin
 }
 
 // stop makes err, what failed, the journal's last: every later commit and
-// settle fails with it (failed).
+// settle fails with it (failed). A later stop keeps the first failure.
 func (j *journal) stop(what string, err error) error {
-	j.failed = fmt.Errorf("%s failed; restart the server: %w", what, err)
-	j.stopped.Store(&j.failed)
+	if j.failed != nil {
+		return j.failed // the first failure is the one to tell
+	}
+	failed := fmt.Errorf("%s failed; restart the server: %w", what, err)
+	j.failed = failed
+	j.stopped.Store(&failed)
 	j.markStopped()
-	return j.failed
+	return failed
 }
 
 // stoppedName marks, in the journal's folder, a journal that stopped after

@@ -18,7 +18,9 @@
 // once a commit holds the record (Root.Hold, AfterCommit): they are what a
 // reader and a restart see. The journal only matters after a power loss (or a
 // kernel crash): at the first start-up after the reboot, Replay rewrites
-// each file whose data never reached the disc from its record. A
+// each file whose data never reached the disc from its record; and after a
+// failed flush stopped it, when the page cache may have dropped such data,
+// at the next start-up whatever the boot (stoppedName). A
 // checkpoint (syncfs of the items' and logs' filesystems, run in the
 // background) makes every file written so far durable, after which the
 // records before it are no longer needed.
@@ -378,7 +380,45 @@ type batch struct {
 // commit fails every caller it served, with a KindUnavailable error. A
 // cancelled ctx stops the wait, not the commit. Under --sync none it
 // returns at once.
-func (s *Syncer) Sync(ctx context.Context) error {
+func (s *Syncer) Sync(ctx context.Context) error { return s.join(ctx, false) }
+
+// Expect says a caller is on its way to Arrive: a claim just woken for a
+// task a post has made claimable, the post about to Sync. The next flush
+// to begin waits for it, up to ExpectWait, so that the two writes share
+// one commit: a task handed straight to a waiting worker then reaches it
+// one commit after its post, not two. Unexpect withdraws it when the woken
+// claim takes nothing. Under --sync none it does nothing. notify.Hub.OnWake
+// runs both.
+func (s *Syncer) Expect() {
+	if !s.record {
+		return
+	}
+	s.mu.Lock()
+	s.expected++
+	s.mu.Unlock()
+}
+
+// Unexpect withdraws one expectation (Expect): the claim woken took
+// nothing, and no other claim was woken in its place.
+func (s *Syncer) Unexpect() {
+	if !s.record {
+		return
+	}
+	s.mu.Lock()
+	s.meet()
+	s.mu.Unlock()
+}
+
+// Arrive is Sync for a caller that may be one Expect announced: it meets
+// one expectation, if any is open, as it joins the next flush, both under
+// one lock so that the flush it lets begin is one that serves it. Any
+// caller may meet any expectation; a claim nobody woke meets one that a
+// woken claim would have, and joins the same flush in its place.
+func (s *Syncer) Arrive(ctx context.Context) error { return s.join(ctx, true) }
+
+// join waits for a flush begun after the call (Sync); arriving, it first
+// meets an expectation (Arrive).
+func (s *Syncer) join(ctx context.Context, arriving bool) error {
 	if !s.record {
 		return nil
 	}
@@ -386,6 +426,9 @@ func (s *Syncer) Sync(ctx context.Context) error {
 	if s.closed {
 		s.mu.Unlock()
 		return domain.E(domain.KindUnavailable, domain.CodeStorageUnavailable, "syncer is closed")
+	}
+	if arriving {
+		s.meet()
 	}
 	// Join the batch for the next flush. A flush running now may have
 	// started before our caller's write, so it cannot serve us.
@@ -408,45 +451,23 @@ func (s *Syncer) Sync(ctx context.Context) error {
 	}
 }
 
-// Expect says a caller is on its way to Arrive: a claim just woken for a
-// task made claimable, whose post (or re-queue) is about to Sync. The next
-// flush to begin waits for it, up to ExpectWait, so that the two writes
-// share one commit: a task handed straight to a waiting worker then costs
-// the worker one commit after its post, not two. Under --sync none it does
-// nothing. Call it before the write that made the task claimable Syncs
-// (notify.Hub.OnWake runs it as the post announces the task).
-func (s *Syncer) Expect() {
-	if !s.record {
+// meet closes one open expectation, if any, waking a flush that waits for
+// it. The caller holds s.mu.
+func (s *Syncer) meet() {
+	if s.expected == 0 {
 		return
 	}
-	s.mu.Lock()
-	s.expected++
-	s.mu.Unlock()
-}
-
-// Arrive is Sync for a caller that may be one Expect announced: it meets
-// one expectation, if any is open, and then waits as Sync does. Any caller
-// may meet any expectation; a claim nobody woke meets one that a woken
-// claim would have, and joins the same flush in its place.
-func (s *Syncer) Arrive(ctx context.Context) error {
-	if s.record {
-		s.mu.Lock()
-		if s.expected > 0 {
-			s.expected--
-			if s.arrived != nil {
-				close(s.arrived)
-				s.arrived = nil
-			}
-		}
-		s.mu.Unlock()
+	s.expected--
+	if s.arrived != nil {
+		close(s.arrived)
+		s.arrived = nil
 	}
-	return s.Sync(ctx)
 }
 
 // ExpectWait is how long a flush waits at most for the callers Expect
 // announced. A woken claim records its write within tens of microseconds
-// on an idle server; one that found the task gone never arrives, and the
-// bound is all its post pays for the wait.
+// on an idle server, and one that takes nothing withdraws (Unexpect): the
+// bound caps what a post pays for a claim slow to run.
 const ExpectWait = 500 * time.Microsecond
 
 // run flushes batch after batch until no caller is waiting. Callers who
@@ -493,7 +514,8 @@ const gatherYields = 3
 // for the flush after, so half the flushes served a single caller and each
 // cost its share of CPU (BENCHMARKS.md, "Issue 17's workloads"). A yield
 // costs microseconds and sets no timer, so a lone caller on an idle server
-// is not held up. The caller holds s.mu, and s.next is not nil.
+// is not held up (unless a claim is expected: awaitExpected). The caller
+// holds s.mu, and s.next is not nil.
 func (s *Syncer) gather() {
 	s.awaitExpected()
 	for range gatherYields {

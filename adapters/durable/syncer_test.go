@@ -210,6 +210,33 @@ func TestAFlushWaitsForAnExpectedCaller(t *testing.T) {
 	})
 }
 
+// A caller announced and then withdrawn (the woken claim took nothing)
+// holds the flush up no longer.
+func TestAWithdrawnExpectationLetsTheFlushBegin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGatedFlush()
+		s := groupCommit(g.flush)
+		s.expectWait = time.Hour
+		ctx := context.Background()
+
+		s.Expect()
+		post := goSync(ctx, s)
+		synctest.Wait()
+		assertCalls(t, g, 0)
+		s.Unexpect()
+		synctest.Wait()
+		assertCalls(t, g, 1)
+		g.release <- nil
+		synctest.Wait()
+		if err := assertReturned(t, "post", post); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
 // A caller announced who never comes (the woken claim found the task
 // taken) holds the flush up for ExpectWait and no longer, and only that
 // flush: the expectation is forgotten once it began.

@@ -49,6 +49,10 @@ type Options struct {
 	// Dashboard serves /_dash on every host (adapters/dashboard), behind
 	// the host resolution: HostOf gives it the host.
 	Dashboard http.Handler
+	// Stopped reports a failure after which no write can succeed until a
+	// restart (durable.Syncer.Err): /_health then answers 503
+	// storage_unavailable, so a load balancer sends no clients. Nil: none.
+	Stopped func() error
 }
 
 // New builds the handler for every host.
@@ -64,6 +68,13 @@ func New(svc *app.Service, config ports.Config, opt Options) *API {
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { a.writeError(w, r, errNoRoute) })
 	r.MethodNotAllowed(a.methodNotAllowed)
 	r.Get("/_health", func(w http.ResponseWriter, r *http.Request) {
+		if opt.Stopped != nil {
+			if err := opt.Stopped(); err != nil {
+				a.writeError(w, r, domain.E(domain.KindUnavailable, domain.CodeStorageUnavailable,
+					"the server stopped writing after a failed flush to stable storage; it needs a restart"))
+				return
+			}
+		}
 		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
 	})
 	r.Get(DocumentPath, serveDocument)

@@ -2,12 +2,16 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/taskhoster/taskhoster/adapters/httpapi"
+	"github.com/taskhoster/taskhoster/adapters/notify"
 )
 
 // goWords are what a message must never say: Go's names for things.
@@ -148,5 +152,33 @@ func TestRepliesAreNotHTMLEscaped(t *testing.T) {
 	raw("POST", "/ops/"+id+"/result", "", `{"worker":"w","result":{"html":"<i>&amp;</i>"}}`)
 	if got := raw("GET", "/ops/"+id, aliceToken, ``); !strings.Contains(got, `"result":{"html":"<i>&amp;</i>"}`) {
 		t.Errorf("status view %s escapes the result", got)
+	}
+}
+
+// /_health is {"ok": true} until the server has stopped writing after a
+// failed flush; then 503 storage_unavailable, without the cause (which
+// may name folders: the admin listener's /healthz gives it).
+func TestHealthFailsOnceWritesHaveStopped(t *testing.T) {
+	var stopped error
+	api, _ := newAPIOptions(t, notify.NewHub(), httpapi.Options{Stopped: func() error { return stopped }})
+	probe := func() (int, map[string]any) {
+		rec := httptest.NewRecorder()
+		api.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/_health", nil))
+		var body map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+			t.Fatalf("/_health answered %q: %v", rec.Body, err)
+		}
+		return rec.Code, body
+	}
+	if code, body := probe(); code != http.StatusOK || body["ok"] != true {
+		t.Errorf("/_health while writing: %d %v", code, body)
+	}
+	stopped = errors.New("journal write failed; restart the server: write /srv/items/.journal/journal-a: EIO")
+	code, body := probe()
+	if code != http.StatusServiceUnavailable || body["error"] != "storage_unavailable" {
+		t.Errorf("/_health once stopped: %d %v, want 503 storage_unavailable", code, body)
+	}
+	if msg, _ := body["message"].(string); strings.Contains(msg, "/srv") {
+		t.Errorf("/_health tells a client the cause: %q", msg)
 	}
 }

@@ -63,6 +63,12 @@ func newAPI(tb testing.TB) (*httpapi.API, *index.Store) {
 // newAPIWith is newAPI with the given notifier.
 func newAPIWith(tb testing.TB, n ports.Notifier) (*httpapi.API, *index.Store) {
 	tb.Helper()
+	return newAPIOptions(tb, n, httpapi.Options{})
+}
+
+// newAPIOptions is newAPIWith with the given options.
+func newAPIOptions(tb testing.TB, n ports.Notifier, opt httpapi.Options) (*httpapi.API, *index.Store) {
+	tb.Helper()
 	dir := tb.TempDir()
 	files := map[string]string{
 		"taskhoster-users/alice.json": `{"name":"alice","token":"` + aliceToken + `"}`,
@@ -96,7 +102,7 @@ func newAPIWith(tb testing.TB, n ports.Notifier) (*httpapi.API, *index.Store) {
 		Repo: repo, Syncer: nopSync{}, Log: nopLog{}, Notifier: n,
 		Clock: clock.System{}, Compiler: schema.Compiler{}, Pauses: &memPauses{},
 	})
-	return httpapi.New(svc, config, httpapi.Options{}), repo
+	return httpapi.New(svc, config, opt), repo
 }
 
 // FuzzRequest sends arbitrary methods, paths, tokens and bodies. Whatever

@@ -36,9 +36,9 @@ type Hub struct {
 	// emptyLook decides on a wake whose look found nothing claimable at
 	// all (WithEmptyLook); nil: as any wake not used.
 	emptyLook func(domain.QueueRef) bool
-	// onWake is told of each claim woken for a task newly claimable
-	// (OnWake); nil: nobody is.
-	onWake func()
+	// woken and unused are told of each claim woken for a task newly
+	// claimable, and of each wake no claim used (OnWake); nil: nobody is.
+	woken, unused func()
 }
 
 // NewHub returns an empty Hub.
@@ -77,12 +77,15 @@ func WithEmptyLook(handOn func(q domain.QueueRef) bool) Option {
 	return func(h *Hub) { h.emptyLook = handOn }
 }
 
-// OnWake has fn run each time a waiting claim is woken for a task that
-// has just become claimable (Publish, Wake), not when a wake is handed on:
-// the durability adapter then holds the commit the post is about to ask
-// for a moment, for the claim to join it (durable.Syncer.Expect). fn runs
-// under the Hub's lock and must be quick. Call it before serving.
-func (h *Hub) OnWake(fn func()) { h.onWake = fn }
+// OnWake has woken run each time a waiting claim is woken for a task that
+// has just become claimable (Publish, Wake), not when a wake is handed on,
+// and unused each time a wake ends with no claim having used it (none
+// wanted the task, or nothing was pending any more): the durability
+// adapter holds the commit the post is about to ask for a moment, for the
+// claim to join it, unless it will not come (durable.Syncer.Expect,
+// Unexpect). Both may run under the Hub's lock and must be quick. Call it
+// before serving.
+func (h *Hub) OnWake(woken, unused func()) { h.woken, h.unused = woken, unused }
 
 // Await runs try, and again each time a task of q may have become
 // claimable, until try reports it claimed one (Await returns nil), try
@@ -121,6 +124,8 @@ func (h *Hub) Await(ctx context.Context, q domain.QueueRef, try func() (claimed 
 		case empty && h.emptyLook != nil:
 			if h.emptyLook(q) {
 				acting.passOn()
+			} else {
+				h.wasted(acting)
 			}
 		default:
 			h.passOn(acting) // woken in vain: the next in line may want it
@@ -180,6 +185,15 @@ func (h *Hub) leave(w *waiter) {
 func (h *Hub) passOn(w *waiter) {
 	if h.pending == nil || h.pending(w.q) {
 		w.passOn()
+	} else {
+		h.wasted(w)
+	}
+}
+
+// wasted says that w's wake, if it got one, ends unused here.
+func (h *Hub) wasted(w *waiter) {
+	if w.wake != 0 && h.unused != nil {
+		h.unused()
 	}
 }
 
@@ -227,10 +241,10 @@ func (h *Hub) Wake(q domain.QueueRef, n int) {
 }
 
 // wakeFresh gives the wake just numbered to the claim longest in q's line,
-// telling onWake if one took it. h.mu is held.
+// telling woken if one took it. h.mu is held.
 func (h *Hub) wakeFresh(q domain.QueueRef) {
-	if h.wakeNext(q, h.wakes) && h.onWake != nil {
-		h.onWake()
+	if h.wakeNext(q, h.wakes) && h.woken != nil {
+		h.woken()
 	}
 }
 
@@ -308,14 +322,17 @@ func (w *waiter) unline() (woken bool) {
 }
 
 // passOn gives the wake this waiter got to the next waiter in line that
-// joined before that wake, if any. A waiter that joins again joins after it.
+// joined before that wake, if any; with none, the wake ends unused. A
+// waiter that joins again joins after it.
 func (w *waiter) passOn() {
 	if w.wake == 0 {
 		return
 	}
 	w.hub.mu.Lock()
 	defer w.hub.mu.Unlock()
-	w.hub.wakeNext(w.q, w.wake)
+	if !w.hub.wakeNext(w.q, w.wake) {
+		w.hub.wasted(w)
+	}
 }
 
 // Subscribe starts delivering k's events to a new subscription, which holds

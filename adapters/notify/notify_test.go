@@ -343,13 +343,22 @@ func TestEmptyLookHandsOnOnlyWhenTold(t *testing.T) {
 
 // OnWake hears of each claim woken for a task that has just become
 // claimable (a post, a Wake), so that the post's commit can wait for the
-// claim; not of a task nobody waits for, nor of a wake handed on.
-func TestOnWakeHearsOfFreshWakesOnly(t *testing.T) {
+// claim; not of a task nobody waits for, nor of a wake handed on. And it
+// hears of each wake that ends with no claim using it, so that the commit
+// need not wait for a claim that will not come.
+func TestOnWakeHearsOfFreshWakesAndUnusedOnes(t *testing.T) {
 	var wakes atomic.Int32
+	unused := make(chan struct{}, 4)
 	h := NewHub(WithPending(func(domain.QueueRef) bool { return true }))
-	h.OnWake(func() { wakes.Add(1) })
+	h.OnWake(func() { wakes.Add(1) }, func() { unused <- struct{}{} })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	assertUnused := func(want int) {
+		t.Helper()
+		if got := len(unused); got != want {
+			t.Fatalf("%d wakes heard of as unused, want %d", got, want)
+		}
+	}
 
 	h.Publish(event(resize, "9f2c1a0b7d4e6f83", domain.EventPosted, 0))
 	if got := wakes.Load(); got != 0 {
@@ -358,6 +367,7 @@ func TestOnWakeHearsOfFreshWakesOnly(t *testing.T) {
 
 	// a is woken in vain and hands the wake on to b, who takes the task.
 	joined := make(chan struct{}, 2)
+	aLooked := make(chan struct{}, 4)
 	bTook := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -365,6 +375,8 @@ func TestOnWakeHearsOfFreshWakesOnly(t *testing.T) {
 		_ = h.Await(ctx, resize, func() (bool, error) {
 			if tries++; tries == 1 {
 				joined <- struct{}{}
+			} else {
+				aLooked <- struct{}{}
 			}
 			return false, nil
 		})
@@ -388,15 +400,24 @@ func TestOnWakeHearsOfFreshWakesOnly(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the wake was not handed on to b")
 	}
+	<-aLooked
 	if got := wakes.Load(); got != 1 {
 		t.Fatalf("OnWake heard %d wakes for one post woken in vain and handed on, want 1", got)
 	}
+	assertUnused(0)
 
-	// Wake (a delayed task come due) wakes a, still waiting.
+	// Wake (a delayed task come due) wakes a, still waiting, who takes
+	// nothing and has nobody to hand the wake to.
 	h.Wake(resize, 3)
 	if got := wakes.Load(); got != 2 {
 		t.Fatalf("OnWake heard %d wakes after a Wake of one waiting claim, want 2", got)
 	}
+	select {
+	case <-unused:
+	case <-ctx.Done():
+		t.Fatal("the wake a did not use was never heard of")
+	}
+	assertUnused(0)
 	cancel()
 	wg.Wait()
 }

@@ -224,8 +224,8 @@ var DurableModule = fx.Module("durable",
 	fx.Invoke(func(s *durable.Syncer, m *metrics.Metrics) { s.Observe(m) }),
 	// A claim woken for a task just posted joins the post's commit
 	// (durable.Syncer.Expect): one commit from post to worker, not two.
-	fx.Invoke(func(s *durable.Syncer, h *notify.Hub) { h.OnWake(s.Expect) }),
-	// A journal stopped by a failed flush fails /healthz and /readyz.
+	fx.Invoke(func(s *durable.Syncer, h *notify.Hub) { h.OnWake(s.Expect, s.Unexpect) }),
+	// A journal stopped by a failed flush fails /healthz, /readyz and /_health.
 	fx.Invoke(func(s *durable.Syncer, r *Ready) { r.stopped = s.Err }),
 )
 
@@ -418,10 +418,17 @@ var ServiceModule = fx.Module("app",
 		Config   Config
 		Pauses   ports.Pauses
 	}) *app.Service {
+		// On files many moves back at once share commits; on PostgreSQL
+		// each holds one of the pool's connections (16 by default), which
+		// the requests need too.
+		movesBack := 64
+		if d.Config.Store == "postgres" {
+			movesBack = 4
+		}
 		return app.New(app.Deps{
 			Repo: d.Repo, Syncer: d.Syncer, Log: d.Log, Notifier: d.Notifier,
 			Clock: d.Clock, Compiler: d.Compiler, Observer: observers{d.Metrics, d.Activity}, Logger: d.Logger,
-			MaxWaiting: d.Config.MaxWaiting, Pauses: d.Pauses,
+			MaxWaiting: d.Config.MaxWaiting, Pauses: d.Pauses, MovesBackAtOnce: movesBack,
 		})
 	}),
 	fx.Invoke(func(lc fx.Lifecycle, cfg Config, svc *app.Service, corrupt corruptFiles, config ports.Config, logger *zap.Logger) {
@@ -509,7 +516,8 @@ var SweepModule = fx.Module("sweep",
 )
 
 // Ready is the readiness flag /readyz reports: up once the API listens,
-// down as soon as shutdown begins.
+// down as soon as shutdown begins; and whether the server has stopped
+// writing after a failure (Stopped).
 type Ready struct {
 	atomic.Bool
 	// stopped reports a failure after which every write fails until a
@@ -518,16 +526,22 @@ type Ready struct {
 	stopped func() error
 }
 
+// Stopped is the failure after which every write fails until a restart,
+// or nil.
+func (r *Ready) Stopped() error {
+	if r.stopped == nil {
+		return nil
+	}
+	return r.stopped()
+}
+
 // healthHandlers are /healthz and /readyz. A server whose journal stopped
 // after a failed flush is alive but useless, and only a restart (which
 // replays the journal) mends it: both answer 503, so a supervisor's
 // liveness probe restarts it and its readiness probe sends no clients.
 func healthHandlers(ready *Ready) (healthz, readyz http.HandlerFunc) {
 	failed := func(w http.ResponseWriter) bool {
-		if ready.stopped == nil {
-			return false
-		}
-		if err := ready.stopped(); err != nil {
+		if err := ready.Stopped(); err != nil {
 			http.Error(w, "stopped: "+err.Error(), http.StatusServiceUnavailable)
 			return true
 		}
@@ -555,13 +569,14 @@ func healthHandlers(ready *Ready) (healthz, readyz http.HandlerFunc) {
 // in flight finish for up to ShutdownGrace.
 var HTTPModule = fx.Module("httpapi",
 	fx.Provide(func() *Ready { return &Ready{} }),
-	fx.Provide(func(cfg Config, svc *app.Service, config ports.Config, m *metrics.Metrics, sockets httpapi.Sockets, logs httpapi.LogReader, dash *dashboard.Dashboard, logger *zap.Logger) *httpapi.API {
+	fx.Provide(func(cfg Config, svc *app.Service, config ports.Config, m *metrics.Metrics, sockets httpapi.Sockets, logs httpapi.LogReader, dash *dashboard.Dashboard, ready *Ready, logger *zap.Logger) *httpapi.API {
 		return httpapi.New(svc, config, httpapi.Options{
 			Logger:     logger,
 			Middleware: []func(http.Handler) http.Handler{httpapi.RequestLog(logger.Named("http")), m.Middleware, crossOrigin},
 			Sockets:    sockets,
 			Logs:       logs,
 			Dashboard:  dash,
+			Stopped:    ready.Stopped,
 		})
 	}),
 	fx.Invoke(func(lc fx.Lifecycle, cfg Config, api *httpapi.API, svc *app.Service, ready *Ready, logger *zap.Logger) {
