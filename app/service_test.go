@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -593,9 +594,9 @@ func (r *failingRepo) Update(context.Context, domain.Key, func(*domain.Task) err
 
 var errDiscGone = errors.New("disc gone")
 
-// Once a move back fails, RequeueAll starts no more (on a stopped journal
-// each would write its destination only to fail), and returns that error.
-func TestRequeueAllStopsAtTheFirstFailure(t *testing.T) {
+// A move back that fails leaves the others to go on (the task stays
+// processing until its lease lapses), and the error says how many failed.
+func TestRequeueAllTriesEveryTaskAndCountsFailures(t *testing.T) {
 	f := newFixture(t, domain.DefaultSettings())
 	var held []app.Held
 	for i := range 5 {
@@ -604,12 +605,12 @@ func TestRequeueAllStopsAtTheFirstFailure(t *testing.T) {
 		held = append(held, app.Held{ID: c.ID, Attempts: c.Attempts})
 	}
 	repo := &failingRepo{Store: f.repo}
-	svc := app.New(app.Deps{Repo: repo, Syncer: f.sync, Log: f.log, Notifier: notify.NewHub(), Clock: f.clock, Compiler: schema.Compiler{}})
+	svc := app.New(app.Deps{Repo: repo, Syncer: f.sync, Log: f.log, Notifier: notify.NewHub(), Clock: f.clock, Compiler: schema.Compiler{}, MovesBackAtOnce: 3})
 	n, err := svc.RequeueAll(context.Background(), f.q, held, domain.CauseSocket)
-	if n != 0 || !errors.Is(err, errDiscGone) {
-		t.Errorf("RequeueAll = %d, %v; want 0 and the failure", n, err)
+	if n != 0 || !errors.Is(err, errDiscGone) || !strings.Contains(err.Error(), "5 of 5 failed") {
+		t.Errorf("RequeueAll = %d, %v; want 0 and the failures counted", n, err)
 	}
-	if got := repo.updates.Load(); got != 1 {
-		t.Errorf("%d moves back tried, want 1: none after the first failed", got)
+	if got := repo.updates.Load(); got != 5 {
+		t.Errorf("%d moves back tried, want all 5", got)
 	}
 }

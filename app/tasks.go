@@ -284,8 +284,8 @@ type Held struct {
 
 // RequeueAll re-queues each task of held (Requeue), side by side, and
 // reports how many went back to pending: a socket that closes calls it for
-// every task it still holds. After a failure it starts no more, and
-// returns the first error.
+// every task it still holds. A task that cannot be moved back stays
+// processing until its lease lapses; the error says how many did not.
 func (s *Service) RequeueAll(ctx context.Context, q *domain.Queue, held []Held, cause string) (int, error) {
 	var requeued atomic.Int64
 	err := s.sideBySide(len(held), func(i int) error {
@@ -299,34 +299,38 @@ func (s *Service) RequeueAll(ctx context.Context, q *domain.Queue, held []Held, 
 }
 
 // sideBySide runs fn(i) for each i below n, up to Deps.MovesBackAtOnce at
-// once, until one fails, and returns the first error. Many moves back at
-// once (a socket that held hundreds of tasks closing, a sweep finding as
-// many leases lapsed) go side by side: under --sync always the file store
-// commits each before it returns, and one after another they would wait
-// for a commit each, where side by side they share a few.
+// once, and returns the first error, with how many of the n failed. Many
+// moves back at once (a socket that held hundreds of tasks closing, a
+// sweep finding as many leases lapsed) go side by side: under --sync
+// always the file store commits each before it returns, and one after
+// another they would wait for a commit each, where side by side they share
+// a few.
 func (s *Service) sideBySide(n int, fn func(i int) error) error {
 	var (
 		wg     sync.WaitGroup
-		failed atomic.Pointer[error]
+		mu     sync.Mutex
+		first  error
+		failed int
 	)
 	slots := make(chan struct{}, s.movesBackAtOnce)
 	for i := range n {
 		slots <- struct{}{}
-		if failed.Load() != nil {
-			break
-		}
 		wg.Go(func() {
 			defer func() { <-slots }()
 			if err := fn(i); err != nil {
-				failed.CompareAndSwap(nil, &err)
+				mu.Lock()
+				if failed++; first == nil {
+					first = err
+				}
+				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	if err := failed.Load(); err != nil {
-		return *err
+	if first != nil && n > 1 {
+		return fmt.Errorf("%d of %d failed, the first: %w", failed, n, first)
 	}
-	return nil
+	return first
 }
 
 func (s *Service) get(ctx context.Context, q *domain.Queue, id string) (domain.Task, error) {

@@ -237,9 +237,9 @@ func TestAWithdrawnExpectationLetsTheFlushBegin(t *testing.T) {
 	})
 }
 
-// A caller announced who never comes (the woken claim found the task
-// taken) holds the flush up for ExpectWait and no longer, and only that
-// flush: the expectation is forgotten once it began.
+// A caller announced who never comes (a woken claim slow to run, or one
+// that never withdraws) holds the flush up for ExpectWait and no longer,
+// and only that flush: the expectation is forgotten once it began.
 func TestAnExpectedCallerWhoNeverComesHoldsOneFlushBriefly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newGatedFlush()

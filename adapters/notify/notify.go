@@ -181,7 +181,9 @@ func (h *Hub) leave(w *waiter) {
 }
 
 // passOn hands w's unused wake to the next claim in line, unless nothing is
-// pending any more: then whoever took the task used the wake.
+// pending any more: then whoever took the task used the wake, and w's
+// wake ends here (wasted: the taker met the expectation, if it was a claim
+// that flushes).
 func (h *Hub) passOn(w *waiter) {
 	if h.pending == nil || h.pending(w.q) {
 		w.passOn()
@@ -190,9 +192,9 @@ func (h *Hub) passOn(w *waiter) {
 	}
 }
 
-// wasted says that w's wake, if it got one, ends unused here.
+// wasted says that w's wake, if woken was told of it, ends unused here.
 func (h *Hub) wasted(w *waiter) {
-	if w.wake != 0 && h.unused != nil {
+	if w.told && h.unused != nil {
 		h.unused()
 	}
 }
@@ -243,7 +245,7 @@ func (h *Hub) Wake(q domain.QueueRef, n int) {
 // wakeFresh gives the wake just numbered to the claim longest in q's line,
 // telling woken if one took it. h.mu is held.
 func (h *Hub) wakeFresh(q domain.QueueRef) {
-	if h.wakeNext(q, h.wakes) && h.woken != nil {
+	if h.wakeNext(q, h.wakes, h.woken != nil) && h.woken != nil {
 		h.woken()
 	}
 }
@@ -274,8 +276,9 @@ func (h *Hub) Interrupt() {
 
 // wakeNext gives wake n to the waiter longest in q's line, if it joined
 // before the wake: one that joined later looked for tasks after this one
-// was there, and reports whether one did. h.mu is held.
-func (h *Hub) wakeNext(q domain.QueueRef, n uint64) bool {
+// was there, and reports whether one did. told says woken was told of the
+// wake, so that its end unused is told too (wasted). h.mu is held.
+func (h *Hub) wakeNext(q domain.QueueRef, n uint64, told bool) bool {
 	l := h.lines[q]
 	if l == nil {
 		return false
@@ -285,7 +288,7 @@ func (h *Hub) wakeNext(q domain.QueueRef, n uint64) bool {
 		return false
 	}
 	h.unline(w)
-	w.wake = n
+	w.wake, w.told = n, told
 	close(w.woken)
 	return true
 }
@@ -308,6 +311,7 @@ type waiter struct {
 	elem  *list.Element // its place in line; nil once woken or gone
 	woken chan struct{} // closed when woken
 	wake  uint64        // the wake it got; 0 for none
+	told  bool          // woken was told of that wake (or of the one it was handed on from)
 }
 
 // unline takes the waiter out of line, if it is still in it, and reports
@@ -330,7 +334,7 @@ func (w *waiter) passOn() {
 	}
 	w.hub.mu.Lock()
 	defer w.hub.mu.Unlock()
-	if !w.hub.wakeNext(w.q, w.wake) {
+	if !w.hub.wakeNext(w.q, w.wake, w.told) {
 		w.hub.wasted(w)
 	}
 }

@@ -369,6 +369,7 @@ func TestOnWakeHearsOfFreshWakesAndUnusedOnes(t *testing.T) {
 	joined := make(chan struct{}, 2)
 	aLooked := make(chan struct{}, 4)
 	bTook := make(chan struct{})
+	bDone := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		tries := 0
@@ -383,6 +384,7 @@ func TestOnWakeHearsOfFreshWakesAndUnusedOnes(t *testing.T) {
 	})
 	<-joined
 	wg.Go(func() {
+		defer close(bDone)
 		tries := 0
 		_ = h.Await(ctx, resize, func() (bool, error) {
 			if tries++; tries == 1 {
@@ -401,6 +403,7 @@ func TestOnWakeHearsOfFreshWakesAndUnusedOnes(t *testing.T) {
 		t.Fatal("the wake was not handed on to b")
 	}
 	<-aLooked
+	<-bDone // b is out of line: the next wake can only be a's
 	if got := wakes.Load(); got != 1 {
 		t.Fatalf("OnWake heard %d wakes for one post woken in vain and handed on, want 1", got)
 	}
@@ -420,4 +423,60 @@ func TestOnWakeHearsOfFreshWakesAndUnusedOnes(t *testing.T) {
 	assertUnused(0)
 	cancel()
 	wg.Wait()
+}
+
+// A wake whose look found nothing claimable at all, which WithEmptyLook
+// says not to hand on, ends unused, and OnWake hears of it.
+func TestAnEmptyLookNotHandedOnIsHeardOfAsUnused(t *testing.T) {
+	unused := make(chan struct{}, 1)
+	h := NewHub(WithEmptyLook(func(domain.QueueRef) bool { return false }))
+	h.OnWake(func() {}, func() { unused <- struct{}{} })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	joined := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		tries := 0
+		done <- h.Await(ctx, resize, func() (bool, error) {
+			if tries++; tries == 1 {
+				close(joined)
+			}
+			return false, domain.ErrNotFound
+		})
+	}()
+	<-joined
+	h.Publish(event(resize, "9f2c1a0b7d4e6f83", domain.EventPosted, 0))
+	select {
+	case <-unused:
+	case <-ctx.Done():
+		t.Fatal("the wake the empty look did not hand on was never heard of as unused")
+	}
+	cancel()
+	<-done
+}
+
+// Interrupt's wakes are not fresh tasks: OnWake hears neither of them nor
+// of their end, so they cannot withdraw what a post expects.
+func TestInterruptWakesAreNotHeardOf(t *testing.T) {
+	var heard atomic.Int32
+	h := NewHub(WithPending(func(domain.QueueRef) bool { return true }))
+	h.OnWake(func() { heard.Add(1) }, func() { heard.Add(1) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	looked := make(chan struct{}, 2)
+	done := make(chan error, 1)
+	go func() {
+		done <- h.Await(ctx, resize, func() (bool, error) {
+			looked <- struct{}{}
+			return false, nil
+		})
+	}()
+	<-looked
+	h.Interrupt()
+	<-looked // woken, it took nothing and had nobody to hand the wake to
+	cancel()
+	<-done
+	if got := heard.Load(); got != 0 {
+		t.Errorf("OnWake heard %d times of an Interrupt's wake, want never", got)
+	}
 }
