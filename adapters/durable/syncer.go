@@ -125,9 +125,9 @@ type Syncer struct {
 	next     *batch        // callers waiting for a flush that has not started yet
 	closed   bool
 	loop     sync.WaitGroup
-	// expected counts the callers on their way (Expect) that no Arrive has
-	// met yet; arrived, while a flush waits for them, is closed by the
-	// next Arrive.
+	// expected counts the callers on their way (Expect) that no Arrive or
+	// Unexpect has met yet; arrived, while a flush waits for them, is
+	// closed by the next of those (meet).
 	expected int
 	arrived  chan struct{}
 	// expectWait bounds the wait for an expected caller; 0: ExpectWait.
