@@ -3,10 +3,12 @@ package durable
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -297,6 +299,83 @@ func TestUncommittedAndTornRecordsAreNotReplayed(t *testing.T) {
 	for _, rel := range []string{"b.json", "c.json"} {
 		if _, ok := r.read(Items, rel); ok {
 			t.Errorf("%s was replayed", rel)
+		}
+	}
+}
+
+// TestATornLapChangeLosesNoMove: the commit that begins a new lap holds a
+// move (its destination's record, then its source's removal, held until
+// the store retires the source) and then says that hold again for the new
+// lap (carried). The power goes while that commit is being written: cut at
+// any byte, with the destination's data lost and the source's removal on
+// disc, replay must still leave the task in one of the two files. Were
+// the repeat said ahead of the commit's own records, a cut between them
+// would replay the removal alone.
+func TestATornLapChangeLosesNoMove(t *testing.T) {
+	r := newRig(t)
+	const limit = 4 << 10
+	j := r.start(limit)
+	src, dst := "h/q/pending/a.json", "h/q/processing/a.json"
+	r.put(j, Items, src, []byte("posted"))
+	mustCommit(t, j)
+	pad := bytes.Repeat([]byte("x"), 500)
+	for i := 0; j.journal.off+600 < limit; i++ {
+		r.put(j, Items, fmt.Sprintf("pad/%d.json", i), pad)
+		mustCommit(t, j)
+	}
+	lap := j.journal.lap
+
+	r.put(j, Items, dst, []byte("claimed"))
+	release := j.Root(Items).Hold(src, nil) // retired once the commit holds it
+	defer release()
+	start := j.journal.lapSize()
+	mustCommit(t, j)
+	if j.journal.lap != lap+1 {
+		t.Fatalf("the move's commit stayed in lap %d: the test tests nothing", lap)
+	}
+	end := j.journal.off
+	name := filepath.Join(r.roots[0], journalDir, fileNames[j.journal.cur])
+	_ = j.Close()
+	whole, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Cuts at each record's first, second and last byte and where its
+	// payload begins, and after the last: every way the commit can end
+	// (a start-up costs tens of milliseconds, so not every byte).
+	var cuts []int64
+	for at := start; at < end; {
+		size := headerSize + int64(binary.LittleEndian.Uint32(whole[at+12:at+16]))
+		cuts = append(cuts, at, at+1, at+headerSize, at+size-1)
+		at += size
+	}
+	if len(cuts) < 3*4 {
+		t.Fatalf("the lap change's commit holds %d records, want the move's two and the repeat", len(cuts)/4)
+	}
+	for _, cut := range append(cuts, end) {
+		torn := slices.Clone(whole)
+		clear(torn[cut:end])
+		if err := os.WriteFile(name, torn, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// The worst a power loss leaves of the files: the source's removal
+		// reached the disc, the destination's data did not.
+		for _, rel := range []string{src, dst} {
+			if err := os.Remove(r.path(Items, rel)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Fatal(err)
+			}
+		}
+		again, _, _ := r.open(limit)
+		_ = again.Close()
+		got, atSrc := r.read(Items, src)
+		if claimed, atDst := r.read(Items, dst); atDst {
+			got = claimed
+		} else if !atSrc {
+			t.Fatalf("cut at byte %d of the lap change's commit (%d to %d): the task is in neither file", cut, start, end)
+		}
+		if got != "posted" && got != "claimed" {
+			t.Fatalf("cut at byte %d: the task holds %q", cut, got)
 		}
 	}
 }
