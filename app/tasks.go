@@ -299,12 +299,15 @@ func (s *Service) RequeueAll(ctx context.Context, q *domain.Queue, held []Held, 
 }
 
 // sideBySide runs fn(i) for each i below n, up to Deps.MovesBackAtOnce at
-// once, and returns the first error, with how many of the n failed. Many
+// once, and returns the first error (for n > 1, with how many failed). Many
 // moves back at once (a socket that held hundreds of tasks closing, a
 // sweep finding as many leases lapsed) go side by side: under --sync
 // always the file store commits each before it returns, and one after
 // another they would wait for a commit each, where side by side they share
-// a few.
+// a few. One failing does not stop the others: a passing error should not
+// leave tasks held until their leases lapse. On a stopped journal each
+// then writes its destination only to fail its commit, which the start-up
+// scan undoes.
 func (s *Service) sideBySide(n int, fn func(i int) error) error {
 	var (
 		wg     sync.WaitGroup

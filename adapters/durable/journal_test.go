@@ -318,9 +318,17 @@ func TestATornLapChangeLosesNoMove(t *testing.T) {
 	src, dst := "h/q/pending/a.json", "h/q/processing/a.json"
 	r.put(j, Items, src, []byte("posted"))
 	mustCommit(t, j)
-	pad := bytes.Repeat([]byte("x"), 500)
-	for i := 0; j.journal.off+600 < limit; i++ {
-		r.put(j, Items, fmt.Sprintf("pad/%d.json", i), pad)
+	// Fill the lap up to where the move's records no longer fit, whatever
+	// the lap record's length (it names the folders, absolute).
+	move := int64(len(appendRecord(appendRecord(nil,
+		record{Op: opPut, Root: r.index(Items), Path: dst, Data: []byte("claimed")}),
+		record{Op: opRemove, Root: r.index(Items), Path: src})))
+	for i := 0; j.journal.off+move <= limit; i++ {
+		size := 1
+		if j.journal.off+move+600 <= limit {
+			size = 500
+		}
+		r.put(j, Items, fmt.Sprintf("pad/%d.json", i), bytes.Repeat([]byte("x"), size))
 		mustCommit(t, j)
 	}
 	lap := j.journal.lap
@@ -350,8 +358,11 @@ func TestATornLapChangeLosesNoMove(t *testing.T) {
 		cuts = append(cuts, at, at+1, at+headerSize, at+size-1)
 		at += size
 	}
-	if len(cuts) < 3*4 {
+	if len(cuts) != 3*4 {
 		t.Fatalf("the lap change's commit holds %d records, want the move's two and the repeat", len(cuts)/4)
+	}
+	if last, _, ok := next(whole[cuts[8]:end]); !ok || last.Op != opRemove || last.Path != src {
+		t.Fatalf("the commit's last record is %+v, want the repeat of the source's removal", last.record)
 	}
 	for _, cut := range append(cuts, end) {
 		torn := slices.Clone(whole)

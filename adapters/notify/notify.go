@@ -182,8 +182,9 @@ func (h *Hub) leave(w *waiter) {
 
 // passOn hands w's unused wake to the next claim in line, unless nothing is
 // pending any more: then whoever took the task used the wake, and w's
-// wake ends here (wasted: the taker met the expectation, if it was a claim
-// that flushes).
+// wake ends here (wasted). A claim that took it has met an expectation
+// already, so this one withdraws another post's, if any is open: a
+// shared commit lost, no wait added.
 func (h *Hub) passOn(w *waiter) {
 	if h.pending == nil || h.pending(w.q) {
 		w.passOn()
