@@ -193,11 +193,35 @@ type arriver interface {
 	Arrive(ctx context.Context) error
 }
 
+// maxSpentPerClaim bounds the dead letters one claim makes of tasks whose
+// attempts a lowered maxAttempts has spent before it takes a task
+// (claimStored); the next claim goes on where it stopped.
+const maxSpentPerClaim = 64
+
 // claimStored is the claim itself, stored and logged, not flushed: the
 // caller flushes before it answers (ClaimMany, once for all its claims).
+// A task it finds whose attempts are spent (a reload lowered maxAttempts
+// while it waited) it makes a dead letter, and it takes the next.
 func (s *Service) claimStored(ctx context.Context, q *domain.Queue, worker string, m ports.Matcher, buffer int) (domain.Task, ports.Subscription, error) {
+	for range maxSpentPerClaim {
+		t, sub, spent, err := s.claimOne(ctx, q, worker, m, buffer)
+		if spent == "" {
+			return t, sub, err
+		}
+		if _, err := s.transition(ctx, q, spent, func(t domain.Task, now time.Time) (domain.Task, domain.Event, error) {
+			return t.Exhaust(q.Settings, now)
+		}); err != nil && !isStateConflict(err) && !errors.Is(err, domain.ErrNotFound) {
+			return domain.Task{}, nil, fmt.Errorf("claim in %s/%s: %w", q.Host, q.Name, err)
+		}
+	}
+	return domain.Task{}, nil, domain.ErrNotFound
+}
+
+// claimOne claims the first task m matches, or reports the id of one whose
+// attempts are spent (domain.ErrAttemptsSpent), left as it was.
+func (s *Service) claimOne(ctx context.Context, q *domain.Queue, worker string, m ports.Matcher, buffer int) (_ domain.Task, _ ports.Subscription, spent string, _ error) {
 	if s.Paused(q) {
-		return domain.Task{}, nil, domain.ErrNotFound // a paused queue hands nothing out
+		return domain.Task{}, nil, "", domain.ErrNotFound // a paused queue hands nothing out
 	}
 	var ev domain.Event
 	ctx, then := s.staging(ctx, q, &ev)
@@ -210,11 +234,11 @@ func (s *Service) claimStored(ctx context.Context, q *domain.Queue, worker strin
 			return err
 		}
 	}
-	fail := func(err error) (domain.Task, ports.Subscription, error) {
+	fail := func(err error) (domain.Task, ports.Subscription, string, error) {
 		if sub != nil {
 			sub.Close()
 		}
-		return domain.Task{}, nil, err
+		return domain.Task{}, nil, "", err
 	}
 	t, err := s.repo.ClaimNext(ctx, q.Ref(), m, s.clock.Now(), func(t *domain.Task) error {
 		// The claim's own time is read here, under the store's lock, not
@@ -223,16 +247,20 @@ func (s *Service) claimStored(ctx context.Context, q *domain.Queue, worker strin
 		// that change (the start-up repair reads a line older than the
 		// task's last change as cut).
 		var err error
-		*t, ev, err = t.Claim(worker, q.Settings.Lease(), s.clock.Now())
+		if *t, ev, err = t.ClaimUnder(worker, q.Settings, s.clock.Now()); errors.Is(err, domain.ErrAttemptsSpent) {
+			spent = t.ID
+		}
 		return err
 	}, then)
-	if err != nil {
-		if errors.Is(err, domain.ErrNotFound) {
-			return fail(err)
-		}
+	switch {
+	case spent != "":
+		return domain.Task{}, nil, spent, nil // refused in fn: no Then ran, no subscription
+	case errors.Is(err, domain.ErrNotFound):
+		return fail(err)
+	case err != nil:
 		return fail(fmt.Errorf("claim in %s/%s: %w", q.Host, q.Name, err))
 	}
-	return t, sub, nil
+	return t, sub, "", nil
 }
 
 // CompileQuery checks a claim query up front (a socket answers a bad one

@@ -614,3 +614,40 @@ func TestRequeueAllTriesEveryTaskAndCountsFailures(t *testing.T) {
 		t.Errorf("%d moves back tried, want all 5", got)
 	}
 }
+
+// A reload that lowers maxAttempts below what a pending task has used:
+// the next claim hands out the task behind it, and makes the spent one a
+// dead letter (SPEC §11: no task is handed out more than maxAttempts
+// times).
+func TestAClaimSkipsATaskALoweredMaxAttemptsHasSpent(t *testing.T) {
+	s := domain.DefaultSettings()
+	s.MaxAttempts = 5
+	f := newFixture(t, s)
+	ctx := context.Background()
+	spent := f.post(t, `{"url":"spent"}`)
+	for range 3 {
+		c := f.claim(t, "w")
+		if ok, err := f.svc.Requeue(ctx, f.q, c.ID, c.Attempts, domain.CauseSocket); err != nil || !ok {
+			t.Fatalf("requeue: %v, %v", ok, err)
+		}
+	}
+	f.clock.Advance(time.Second) // the spent task is the older: claims find it first
+	next := f.post(t, `{"url":"next"}`)
+
+	reloaded := *f.q
+	reloaded.Settings.MaxAttempts = 3
+	got, err := f.svc.Claim(ctx, &reloaded, "w", nil, 0)
+	if err != nil || got.ID != next.ID || got.Attempts != 1 {
+		t.Fatalf("claim after the reload = %s (attempts %d), %v; want %s, the task behind the spent one", got.ID, got.Attempts, err, next.ID)
+	}
+	dead, err := f.svc.Get(ctx, f.q, spent.ID)
+	if err != nil || dead.Status != domain.Failed || dead.Error == nil || *dead.Error != domain.AttemptsError || dead.Attempts != 3 {
+		t.Fatalf("the spent task = %+v, %v; want a dead letter after 3 attempts", dead, err)
+	}
+	if kinds := f.log.Kinds(spent.ID); kinds[len(kinds)-1] != domain.EventFailed {
+		t.Errorf("the spent task's events %v, want failed last", kinds)
+	}
+	if _, err := f.svc.Claim(ctx, &reloaded, "w", nil, 0); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("a claim with nothing left: %v, want ErrNotFound", err)
+	}
+}

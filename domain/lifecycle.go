@@ -2,6 +2,7 @@ package domain
 
 import (
 	"encoding/json"
+	"errors"
 	"time"
 )
 
@@ -105,6 +106,36 @@ func (t Task) Claim(worker string, lease time.Duration, now time.Time) (Task, Ev
 	t.Lease = &Lease{Worker: worker, Until: Millis(now.Add(lease))}
 	t.UpdatedAt = Millis(now)
 	return t, Event{Kind: EventClaimed, At: now, Worker: worker, Task: t}, nil
+}
+
+// ErrAttemptsSpent refuses the claim of a pending task whose attempts its
+// queue's maxAttempts has already spent (ClaimUnder): a reload lowered
+// maxAttempts below them while it waited. The claim's caller makes it a
+// dead letter (Exhaust) and takes the next task; no client sees this.
+var ErrAttemptsSpent = errors.New("the task's attempts are spent")
+
+// ClaimUnder is Claim under a queue's settings s: its lease, and no claim
+// past maxAttempts (SPEC §11: no task is handed out more than maxAttempts
+// times, whatever maxAttempts is now).
+func (t Task) ClaimUnder(worker string, s Settings, now time.Time) (Task, Event, error) {
+	if t.Status == Pending && s.Exhausted(t.Attempts) {
+		return t, Event{}, ErrAttemptsSpent
+	}
+	return t.Claim(worker, s.Lease(), now)
+}
+
+// Exhaust makes a pending task whose attempts s has spent a dead letter,
+// as a task that comes back after its last attempt is (error "attempts",
+// event failed): what a claim finds instead of a task to hand out
+// (ErrAttemptsSpent).
+func (t Task) Exhaust(s Settings, now time.Time) (Task, Event, error) {
+	switch {
+	case t.Status != Pending:
+		return t, Event{}, ErrNotPending
+	case !s.Exhausted(t.Attempts):
+		return t, Event{}, E(KindConflict, CodeNotPending, "task %s has attempts left", t.ID)
+	}
+	return t.failWith(AttemptsError, EventFailed, now)
 }
 
 // Holder names who reports on a processing task: its worker, and the

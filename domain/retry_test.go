@@ -298,3 +298,45 @@ func TestPriorityIsIdentity(t *testing.T) {
 		t.Error("a progress-like move set notBefore")
 	}
 }
+
+// A reload may lower maxAttempts below what a pending task has used: no
+// claim hands it out again (SPEC §11), and it becomes a dead letter as it
+// would have on its last return.
+func TestAClaimPastALoweredMaxAttemptsIsRefused(t *testing.T) {
+	r := Retry{Settings: Settings{MaxAttempts: 5}}
+	task := claimedTimes(t, mustPost(t), 3, at(time.Second), r)
+	if task.Status != Pending || task.Attempts != 3 {
+		t.Fatalf("after three returns: %s with %d attempts, want pending with 3", task.Status, task.Attempts)
+	}
+	lowered := Settings{MaxAttempts: 3, LeaseSeconds: 60}
+	if _, _, err := task.ClaimUnder("box-4", lowered, at(time.Hour)); !errors.Is(err, ErrAttemptsSpent) {
+		t.Fatalf("claim past the lowered maxAttempts: %v, want ErrAttemptsSpent", err)
+	}
+	if _, _, err := task.Exhaust(Settings{MaxAttempts: 4}, at(time.Hour)); err == nil {
+		t.Error("a task with an attempt left was made a dead letter")
+	}
+	got, ev, err := task.Exhaust(lowered, at(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := task
+	want.Status, want.Error = Failed, ptr(AttemptsError)
+	want.UpdatedAt, want.FinishedAt = ms(time.Hour), ptr(ms(time.Hour))
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("dead letter (-want +got):\n%s", diff)
+	}
+	if ev.Kind != EventFailed || ev.Worker != "" {
+		t.Errorf("event %s by %q, want failed by nobody", ev.Kind, ev.Worker)
+	}
+	if err := CheckTransition(task, got); err != nil {
+		t.Errorf("the dead letter is not a legal move: %v", err)
+	}
+	// Under the settings it was claimed with, the claim goes on.
+	claimed, _, err := task.ClaimUnder("box-4", r.Settings, at(time.Hour))
+	if err != nil || claimed.Attempts != 4 || claimed.Lease.Until != ms(time.Hour+r.Settings.Lease()) {
+		t.Errorf("claim under maxAttempts 5: %+v, %v", claimed, err)
+	}
+	if _, _, err := got.Exhaust(lowered, at(time.Hour)); !errors.Is(err, ErrNotPending) {
+		t.Errorf("exhausting a dead letter: %v, want ErrNotPending", err)
+	}
+}

@@ -46,6 +46,7 @@ func TestRepository(t *testing.T, open func(t *testing.T) ports.TaskRepository) 
 		{"GetMissing", testGetMissing},
 		{"UpdateMovesBetweenStates", testUpdateMoves},
 		{"UpdateFnErrorChangesNothing", testUpdateFnError},
+		{"ClaimFnErrorChangesNothing", testClaimFnError},
 		{"UpdateMustKeepIdentity", testUpdateIdentity},
 		{"ClaimOrder", testClaimOrder},
 		{"ClaimMatcher", testClaimMatcher},
@@ -319,6 +320,34 @@ func testUpdateFnError(t *testing.T, r ports.TaskRepository) {
 	// A domain refusal is returned as it is, too.
 	if _, err := r.Update(context.Background(), key(1), requeue(at(1)), nil); !errors.Is(err, domain.ErrNotProcessing) {
 		t.Errorf("requeue of a pending task = %v, want ErrNotProcessing", err)
+	}
+}
+
+// A claim whose fn refuses the task it was offered (app.claimStored does,
+// for a task whose attempts a lowered maxAttempts has spent) returns fn's
+// error, stores nothing, runs no Then, and leaves the task to be claimed.
+func testClaimFnError(t *testing.T, r ports.TaskRepository) {
+	ref := domain.QueueRef{Host: Host, Queue: Queue}
+	before := mustPost(t, r, 1, 0, `{}`)
+	spent := errors.New("spent")
+	var offered string
+	_, err := r.ClaimNext(context.Background(), ref, nil, at(1), func(t *domain.Task) error {
+		offered = t.ID
+		t.Status, t.Attempts = domain.Processing, 7
+		return spent
+	}, func(domain.Task) error {
+		t.Error("Then called for a refused claim")
+		return nil
+	})
+	if !errors.Is(err, spent) || offered != ID(1) {
+		t.Fatalf("refused claim = %v (offered %q), want fn's error after offering %s", err, offered, ID(1))
+	}
+	if diff := cmp.Diff(before, mustGet(t, r, key(1))); diff != "" {
+		t.Errorf("record changed by a refused claim (-want +got):\n%s", diff)
+	}
+	assertCounts(t, r, ports.Counts{Pending: 1})
+	if got, err := r.ClaimNext(context.Background(), ref, nil, at(2), claim("box-1", at(2)), nil); err != nil || got.ID != ID(1) || got.Attempts != 1 {
+		t.Errorf("claim after the refusal = %s (attempts %d), %v; want %s, first attempt", got.ID, got.Attempts, err, ID(1))
 	}
 }
 
