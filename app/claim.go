@@ -193,17 +193,14 @@ type arriver interface {
 	Arrive(ctx context.Context) error
 }
 
-// maxSpentPerClaim bounds the dead letters one claim makes of tasks whose
-// attempts a lowered maxAttempts has spent before it takes a task
-// (claimStored); the next claim goes on where it stopped.
-const maxSpentPerClaim = 64
-
 // claimStored is the claim itself, stored and logged, not flushed: the
 // caller flushes before it answers (ClaimMany, once for all its claims).
 // A task it finds whose attempts are spent (a reload lowered maxAttempts
-// while it waited) it makes a dead letter, and it takes the next.
+// while it waited) it makes a dead letter, and it takes the next: however
+// many there are, since a claim that gave up would wait with claimable
+// tasks behind them, and no wake to come for those.
 func (s *Service) claimStored(ctx context.Context, q *domain.Queue, worker string, m ports.Matcher, buffer int) (domain.Task, ports.Subscription, error) {
-	for range maxSpentPerClaim {
+	for {
 		t, sub, spent, err := s.claimOne(ctx, q, worker, m, buffer)
 		if spent == "" {
 			return t, sub, err
@@ -214,7 +211,6 @@ func (s *Service) claimStored(ctx context.Context, q *domain.Queue, worker strin
 			return domain.Task{}, nil, fmt.Errorf("claim in %s/%s: %w", q.Host, q.Name, err)
 		}
 	}
-	return domain.Task{}, nil, domain.ErrNotFound
 }
 
 // claimOne claims the first task m matches, or reports the id of one whose
