@@ -166,7 +166,7 @@ func (s *Service) ClaimMany(ctx context.Context, q *domain.Queue, worker string,
 		}
 		tasks = append(tasks, t)
 	}
-	if len(tasks) > 1 {
+	if len(tasks) > 1 { // the first, claimed by Claim, is flushed already
 		if err := s.flushClaims(ctx); err != nil {
 			return tasks, err
 		}

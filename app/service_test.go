@@ -86,6 +86,19 @@ func (f *fixture) post(t *testing.T, item string) domain.Task {
 	return task
 }
 
+// holdTasks posts n tasks and claims each, as worker "w", and returns the
+// claims.
+func (f *fixture) holdTasks(t *testing.T, n int) []app.Held {
+	t.Helper()
+	held := make([]app.Held, n)
+	for i := range n {
+		f.post(t, fmt.Sprintf(`{"url":"%d"}`, i))
+		c := f.claim(t, "w")
+		held[i] = app.Held{ID: c.ID, Attempts: c.Attempts}
+	}
+	return held
+}
+
 func (f *fixture) claim(t *testing.T, worker string) domain.Task {
 	t.Helper()
 	task, err := f.svc.Claim(context.Background(), f.q, worker, nil, 0)
@@ -554,12 +567,7 @@ func TestMovesBackRunSideBySide(t *testing.T) {
 			repo := &gatherRepo{Store: f.repo, want: tasks, arrived: make(chan struct{})}
 			f.svc = app.New(app.Deps{Repo: repo, Syncer: f.sync, Log: f.log, Notifier: notify.NewHub(), Clock: f.clock, Compiler: schema.Compiler{}, MovesBackAtOnce: tasks})
 			ctx := context.Background()
-			var held []app.Held
-			for i := range tasks {
-				f.post(t, fmt.Sprintf(`{"url":"%d"}`, i))
-				c := f.claim(t, "w")
-				held = append(held, app.Held{ID: c.ID, Attempts: c.Attempts})
-			}
+			held := f.holdTasks(t, tasks)
 			if how == "socket closed" {
 				n, err := f.svc.RequeueAll(ctx, f.q, held, domain.CauseSocket)
 				if err != nil || n != tasks {
@@ -598,12 +606,7 @@ var errDiscGone = errors.New("disc gone")
 // processing until its lease lapses), and the error says how many failed.
 func TestRequeueAllTriesEveryTaskAndCountsFailures(t *testing.T) {
 	f := newFixture(t, domain.DefaultSettings())
-	var held []app.Held
-	for i := range 5 {
-		f.post(t, fmt.Sprintf(`{"url":"%d"}`, i))
-		c := f.claim(t, "w")
-		held = append(held, app.Held{ID: c.ID, Attempts: c.Attempts})
-	}
+	held := f.holdTasks(t, 5)
 	repo := &failingRepo{Store: f.repo}
 	svc := app.New(app.Deps{Repo: repo, Syncer: f.sync, Log: f.log, Notifier: notify.NewHub(), Clock: f.clock, Compiler: schema.Compiler{}, MovesBackAtOnce: 3})
 	n, err := svc.RequeueAll(context.Background(), f.q, held, domain.CauseSocket)

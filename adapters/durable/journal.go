@@ -103,10 +103,9 @@ type journal struct {
 	// failed commit's records describe, some of them answered as failed,
 	// which no later commit may make durable. Every later commit and settle
 	// fails with it, and a restart is needed (fail-stop, as PostgreSQL does
-	// after a failed fsync).
-	failed error
-	// stopped is failed, for readers outside commitMu (Syncer.Err).
-	stopped atomic.Pointer[error]
+	// after a failed fsync). Set under commitMu (stop); read also outside
+	// it (Syncer.Err), hence atomic. Nil while the journal works.
+	failed atomic.Pointer[error]
 
 	// failWrite, when set (by tests), fails every write, as a full disc
 	// would.
@@ -160,14 +159,21 @@ func openJournal(dir string, limit int64, checkpoint func() error, given []strin
 // stop makes err, what failed, the journal's last: every later commit and
 // settle fails with it (failed). A later stop keeps the first failure.
 func (j *journal) stop(what string, err error) error {
-	if j.failed != nil {
-		return j.failed // the first failure is the one to tell
+	if failed := j.err(); failed != nil {
+		return failed // the first failure is the one to tell
 	}
 	failed := fmt.Errorf("%s failed; restart the server: %w", what, err)
-	j.failed = failed
-	j.stopped.Store(&failed)
-	j.markStopped()
+	j.failed.Store(&failed)
+	j.markStopped(failed)
 	return failed
+}
+
+// err is the failure that stopped the journal, or nil (failed).
+func (j *journal) err() error {
+	if failed := j.failed.Load(); failed != nil {
+		return *failed
+	}
+	return nil
 }
 
 // stoppedName marks, in the journal's folder, a journal that stopped after
@@ -182,9 +188,9 @@ const stoppedName = "stopped"
 // markStopped leaves the mark, as far as the failing disc allows: if it
 // cannot be written either, the start-up trusts the page cache, as before
 // a failure.
-func (j *journal) markStopped() {
+func (j *journal) markStopped(failed error) {
 	mark := filepath.Join(j.dir, stoppedName)
-	if err := os.WriteFile(mark, []byte(j.failed.Error()+"\n"), 0o644); err == nil {
+	if err := os.WriteFile(mark, []byte(failed.Error()+"\n"), 0o644); err == nil {
 		_ = syncDir(j.dir)
 	}
 }
@@ -249,8 +255,8 @@ func checksum(lap, payload []byte) uint32 {
 // it flushes (the files the records name but do not hold) then covers
 // every record written.
 func (j *journal) commit(before func() error) (after []func(), err error) {
-	if j.failed != nil {
-		return nil, j.failed
+	if err := j.err(); err != nil {
+		return nil, err
 	}
 	j.mu.Lock()
 	buf, after := j.pending, j.after
@@ -420,8 +426,8 @@ func (j *journal) reset(carried []byte) error {
 			_ = j.stop("journal checkpoint", err)
 		}
 	}
-	if j.failed != nil {
-		return j.failed
+	if err := j.err(); err != nil {
+		return err
 	}
 	var newest uint64
 	keep := 0
@@ -470,8 +476,8 @@ func (j *journal) reset(carried []byte) error {
 // the records (reset): at start-up after replay, and at a clean stop, so
 // that the next start has nothing to replay.
 func (j *journal) settle() error {
-	if j.failed != nil {
-		return j.failed
+	if err := j.err(); err != nil {
+		return err
 	}
 	// Listed before the checkpoint begins: a write done by then is covered.
 	carried := j.carried()

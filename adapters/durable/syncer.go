@@ -271,10 +271,7 @@ func (s *Syncer) Err() error {
 	if !s.record { // s.journal is then only the leftover one, which Settle removes
 		return nil
 	}
-	if err := s.journal.stopped.Load(); err != nil {
-		return *err
-	}
-	return nil
+	return s.journal.err()
 }
 
 // Replay and Settle are the whole journal's, not the root's: the items

@@ -157,6 +157,24 @@ func TestConcurrentCallersShareOneFlush(t *testing.T) {
 	})
 }
 
+// letFlushEnd ends the flush running in a synctest bubble without an
+// error, and checks that the caller whose result lands in done returned.
+func letFlushEnd(t *testing.T, g *gatedFlush, name string, done <-chan error) {
+	t.Helper()
+	g.release <- nil
+	synctest.Wait()
+	if err := assertReturned(t, name, done); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustClose(t *testing.T, s *Syncer) {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // goArrive calls s.Arrive in a goroutine and returns where its result
 // will land.
 func goArrive(ctx context.Context, s *Syncer) <-chan error {
@@ -184,29 +202,20 @@ func TestAFlushWaitsForAnExpectedCaller(t *testing.T) {
 		claim := goArrive(ctx, s)
 		synctest.Wait()
 		assertCalls(t, g, 1)
-		g.release <- nil
-		synctest.Wait()
-		for name, done := range map[string]<-chan error{"post": post, "claim": claim} {
-			if err := assertReturned(t, name, done); err != nil {
-				t.Fatal(err)
-			}
+		letFlushEnd(t, g, "post", post)
+		if err := assertReturned(t, "claim", claim); err != nil {
+			t.Fatal(err)
 		}
 
 		// Nothing expected: a flush begins at once.
 		alone := goSync(ctx, s)
 		synctest.Wait()
 		assertCalls(t, g, 2)
-		g.release <- nil
-		synctest.Wait()
-		if err := assertReturned(t, "a lone caller", alone); err != nil {
-			t.Fatal(err)
-		}
+		letFlushEnd(t, g, "a lone caller", alone)
 		if want := []int{2, 1}; !slices.Equal(served, want) {
 			t.Errorf("flushes served %v callers, want %v", served, want)
 		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
+		mustClose(t, s)
 	})
 }
 
@@ -226,14 +235,8 @@ func TestAWithdrawnExpectationLetsTheFlushBegin(t *testing.T) {
 		s.Unexpect()
 		synctest.Wait()
 		assertCalls(t, g, 1)
-		g.release <- nil
-		synctest.Wait()
-		if err := assertReturned(t, "post", post); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
+		letFlushEnd(t, g, "post", post)
+		mustClose(t, s)
 	})
 }
 
@@ -256,23 +259,13 @@ func TestAnExpectedCallerWhoNeverComesHoldsOneFlushBriefly(t *testing.T) {
 		time.Sleep(time.Microsecond)
 		synctest.Wait()
 		assertCalls(t, g, 1)
-		g.release <- nil
-		synctest.Wait()
-		if err := assertReturned(t, "post", post); err != nil {
-			t.Fatal(err)
-		}
+		letFlushEnd(t, g, "post", post)
 
 		later := goSync(ctx, s)
 		synctest.Wait()
 		assertCalls(t, g, 2) // at once: nothing is expected any more
-		g.release <- nil
-		synctest.Wait()
-		if err := assertReturned(t, "later caller", later); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
+		letFlushEnd(t, g, "later caller", later)
+		mustClose(t, s)
 	})
 }
 
