@@ -36,7 +36,9 @@ func goSync(ctx context.Context, s *Syncer) <-chan error {
 }
 
 // groupCommit is a Syncer whose commit is flush.
-func groupCommit(flush func() error) *Syncer { return &Syncer{record: true, flush: flush} }
+func groupCommit(flush func() error) *Syncer {
+	return &Syncer{record: true, flush: func() ([]func(), error) { return nil, flush() }}
+}
 
 // callersSeen hears of every flush and keeps how many callers each served.
 type callersSeen []int

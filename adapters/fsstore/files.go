@@ -94,9 +94,10 @@ func (f *files) relPath(t domain.Task) string {
 // allocation before a rename onto nothing, and ext4 without a journal
 // orders nothing): a power loss could leave the destination empty, or
 // holding another task's old record, with the source gone and no record to
-// restore either. So a move forward retires its source in the commit that
-// holds its records, before that commit's callers are answered
-// (AfterCommit); a move back commits, then retires its source, before it
+// restore either. So a move forward retires its source once a commit holds
+// its records, as that commit's callers are answered and before the next
+// commit (AfterCommit): awaitPending makes the task's next write to the
+// source's path wait for it; a move back commits, then retires its source, before it
 // returns (the scan would keep its source, the later state, were it left);
 // and a rewrite in place commits its record before its rename (rewrite).
 // Until such a write is done the journal holds its record (Hold), which

@@ -27,7 +27,8 @@ type Journal interface {
 	Recording() bool
 	Sync(ctx context.Context) error
 	// AfterCommit has fn run once a commit holds every record added
-	// before the call, before the Syncs that commit serves return.
+	// before the call, as the Syncs that commit serves return, and before
+	// the next commit.
 	AfterCommit(fn func())
 	// Hold records, as Put (or, with data nil, Remove), a write the store
 	// does only once a commit holds the record; until release, every new
