@@ -321,7 +321,7 @@ func (s *Syncer) Settle() error {
 	return nil
 }
 
-// commit is one group commit: the journal takes the records added since
+// commitRecords is one group commit: the journal takes the records added since
 // the last commit, the roots' owners flush what they wrote beside those
 // records, then the journal writes and fdatasyncs them. It returns what
 // was to run after those records (AfterCommit), for run to call once it has

@@ -61,7 +61,11 @@ type files struct {
 	// pending holds the writes recorded before they are done (a pending
 	// by path, Put).
 	pending sync.Map
-	log     *zap.Logger
+	// retiring, taken for reading by each retire after a commit (noted,
+	// then done), lets Close see them all and wait for them before the
+	// folder is another process's.
+	retiring sync.RWMutex
+	log      *zap.Logger
 }
 
 var _ index.Persister = (*files)(nil)
@@ -96,20 +100,20 @@ func (f *files) relPath(t domain.Task) string {
 // holding another task's old record, with the source gone and no record to
 // restore either. So a move forward retires its source once a commit holds
 // its records, as that commit's callers are answered and before the next
-// commit (AfterCommit): awaitPending makes the task's next write to the
-// source's path wait for it; a move back commits, then retires its source, before it
-// returns (the scan would keep its source, the later state, were it left);
-// and a rewrite in place commits its record before its rename (rewrite).
-// Until such a write is done the journal holds its record (Hold), which
-// every new lap says again.
+// commit (AfterCommit); a move back commits, then retires its source, before
+// it returns (the scan would keep its source, the later state, were it
+// left); and a rewrite in place commits its record before its rename
+// (rewrite). Until such a write is done the journal holds its record
+// (Hold), which every new lap says again, and a later write that the scan
+// could put behind it waits for it (awaitPending).
 func (f *files) Put(old *domain.Task, t domain.Task, data []byte) error {
 	if err := f.usable(); err != nil {
 		return err
 	}
-	if err := f.awaitPending(f.path(t)); err != nil {
+	moved := old != nil && old.Status.Dir() != t.Status.Dir()
+	if err := f.awaitPending(t, moved && backward(*old, t)); err != nil {
 		return err
 	}
-	moved := old != nil && old.Status.Dir() != t.Status.Dir()
 	if f.recording() {
 		if old != nil && !moved {
 			return f.rewrite(t, data)
@@ -121,16 +125,20 @@ func (f *files) Put(old *domain.Task, t domain.Task, data []byte) error {
 		if !moved {
 			return nil
 		}
-		ref, src := domain.KeyOf(t).Ref(), f.path(*old)
-		retired := f.unfinished(src, f.journal.Hold(f.relPath(*old), nil))
+		ref, src, hold := domain.KeyOf(t).Ref(), f.path(*old), f.journal.Hold(f.relPath(*old), nil)
 		if backward(*old, t) {
-			defer f.finish(src, retired)
+			defer f.finish(src, f.unfinished(src, hold))
 			if err := f.journal.Sync(context.Background()); err != nil {
 				return err // src stays, and the scan keeps it
 			}
 			return f.retire(ref, src)
 		}
+		// Noted and given to the journal under one read lock: Close sees
+		// both or neither, so the commit it asks for retires what it saw.
+		f.retiring.RLock()
+		retired := f.unfinished(src, hold)
 		f.journal.AfterCommit(func() { f.retireCommitted(ref, src, retired) })
+		f.retiring.RUnlock()
 		return nil
 	}
 	if err := f.write(t, data, old == nil, moved); err != nil {
@@ -184,9 +192,12 @@ func (f *files) finish(path string, p pending) {
 }
 
 // retireCommitted retires src, a moved task's old file, once a commit holds
-// the move's records; it runs on the committing goroutine (AfterCommit).
+// the move's records; it runs on the committing goroutine (AfterCommit),
+// just after the commit's callers are woken.
 func (f *files) retireCommitted(ref domain.QueueRef, src string, p pending) {
 	defer f.finish(src, p)
+	f.retiring.RLock()
+	defer f.retiring.RUnlock()
 	if f.closed.Load() {
 		return // the folder may be another process's now
 	}
@@ -195,19 +206,48 @@ func (f *files) retireCommitted(ref domain.QueueRef, src string, p pending) {
 	}
 }
 
-// awaitPending returns once no write to path is pending: a move's source
-// still to retire holds the old record of the task about to be written
-// there, and goes first, with a commit.
-func (f *files) awaitPending(path string) error {
-	p, ok := f.pending.Load(path)
-	if !ok {
-		return nil
+// awaitPending returns once no write that must be done on disc before t's
+// is pending; each goes first, with a commit. A write to t's own path
+// always: a move's source still to retire there holds the task's old
+// record. With back (a move back, or a removal), a write to any of the
+// task's paths: a move forward's source still to retire elsewhere, were it
+// left by a kill, would be in a state the start-up scan prefers (a retried
+// dead letter's claim in processing/ over its new pending/ copy). Moves
+// forward need not wait for their task's other paths: the scan prefers
+// where they go.
+func (f *files) awaitPending(t domain.Task, back bool) error {
+	paths := []string{f.path(t)}
+	if back {
+		paths = paths[:0]
+		for _, dir := range domain.Dirs {
+			paths = append(paths, filepath.Join(f.items, t.Host, t.Queue, dir, fileName(t.ID)))
+		}
 	}
-	if err := f.journal.Sync(context.Background()); err != nil {
-		return err
+	for _, path := range paths {
+		p, ok := f.pending.Load(path)
+		if !ok {
+			continue
+		}
+		if err := f.journal.Sync(context.Background()); err != nil {
+			return err
+		}
+		<-p.(pending).done
 	}
-	<-p.(pending).done
 	return nil
+}
+
+// unfinishedNow returns the done channels of the writes pending now. Each
+// is done once the next commit has run (a move's retire) or once its own
+// write returns (a move back, a rewrite).
+func (f *files) unfinishedNow() []chan struct{} {
+	f.retiring.Lock()
+	defer f.retiring.Unlock()
+	var done []chan struct{}
+	f.pending.Range(func(_, p any) bool {
+		done = append(done, p.(pending).done)
+		return true
+	})
+	return done
 }
 
 // rewrite replaces t's file in its directory under a recording journal: a
@@ -241,7 +281,7 @@ func (f *files) Remove(t domain.Task) error {
 	if err := f.usable(); err != nil {
 		return err
 	}
-	if err := f.awaitPending(f.path(t)); err != nil {
+	if err := f.awaitPending(t, true); err != nil {
 		return err
 	}
 	if err := f.retire(domain.KeyOf(t).Ref(), f.path(t)); err != nil {

@@ -332,16 +332,7 @@ func TestAMoveBackIsDoneBeforeItReturns(t *testing.T) {
 	defer j.Close()
 	defer s.Close()
 	ctx := context.Background()
-	posted, _ := domain.Post(id, host, queue, json.RawMessage(`{}`), "alice", epoch)
-	if err := s.Create(ctx, posted, nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.ClaimNext(ctx, ref, nil, epoch, claimBy("box-1", epoch), nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := j.Sync(ctx); err != nil { // the claim's source goes with it
-		t.Fatal(err)
-	}
+	postAndClaim(t, s, j) // the claim's source goes just after its commit
 	q := filepath.Join(p.dir, host, queue)
 	for round := range 20 {
 		now := epoch.Add(time.Duration(round+1) * time.Second)
@@ -357,6 +348,22 @@ func TestAMoveBackIsDoneBeforeItReturns(t *testing.T) {
 		if err := j.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// postAndClaim posts task id and claims it for box-1, and commits both.
+func postAndClaim(t *testing.T, s *fsstore.Store, j *durable.Syncer) {
+	t.Helper()
+	ctx := context.Background()
+	posted, _ := domain.Post(id, host, queue, json.RawMessage(`{}`), "alice", epoch)
+	if err := s.Create(ctx, posted, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ClaimNext(ctx, ref, nil, epoch, claimBy("box-1", epoch), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Sync(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -437,5 +444,126 @@ func TestALapBeginningMidClaimLosesNoTask(t *testing.T) {
 	defer again.Close()
 	if _, err := again.Get(ctx, keyOf(id)); err != nil {
 		t.Errorf("the posted task is lost after the power loss: %v (recovered %+v)", err, again.Recovered())
+	}
+}
+
+// slowRetires is the store's journal with what runs after each commit (a
+// moved task's old file set aside) put off until the test opens gate, when
+// gate is set: a retire slow to come, as on a busy machine.
+type slowRetires struct {
+	*durable.Root
+	gate chan struct{} // nil: at once
+}
+
+func (s *slowRetires) AfterCommit(fn func()) {
+	gate := s.gate
+	if gate == nil {
+		s.Root.AfterCommit(fn)
+		return
+	}
+	s.Root.AfterCommit(func() {
+		go func() {
+			<-gate
+			fn()
+		}()
+	})
+}
+
+// openSlowRetires opens a store on a fresh folder whose retires s puts off.
+func openSlowRetires(t *testing.T) (*fsstore.Store, *durable.Syncer, *slowRetires, string) {
+	t.Helper()
+	dir := t.TempDir()
+	j, err := durable.Open(durable.Config{Items: dir, Logs: t.TempDir(), Record: true, Checkpoint: func() error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = j.Close() })
+	slow := &slowRetires{Root: j.Root(durable.Items)}
+	s, err := fsstore.Open(dir, fsstore.WithJournal(slow))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, j, slow, filepath.Join(dir, host, queue)
+}
+
+// TestAMoveBackWaitsForItsTasksRetires: a worker fails a task
+// (processing → done) and its owner retries it (done → pending) at once.
+// The retry is a move back, done on disc before it returns; were it done
+// while the fail's retire of processing/ was still to come, a kill then
+// would leave the task in processing/ and pending/, and the start-up scan
+// would keep processing/, undoing both answered changes. So a move back
+// first waits for every retire of its task still to come.
+func TestAMoveBackWaitsForItsTasksRetires(t *testing.T) {
+	s, j, slow, q := openSlowRetires(t)
+	defer s.Close()
+	ctx := context.Background()
+	postAndClaim(t, s, j)
+
+	slow.gate = make(chan struct{})
+	mustUpdate(t, s, keyOf(id), step(func(t domain.Task) (domain.Task, domain.Event, error) {
+		return t.Fail("box-1", nil, epoch.Add(time.Second))
+	}))
+	if err := j.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	retried := make(chan error, 1)
+	go func() {
+		_, err := s.Update(ctx, keyOf(id), step(func(t domain.Task) (domain.Task, domain.Event, error) {
+			return t.Retry(epoch.Add(2 * time.Second))
+		}), nil)
+		retried <- err
+	}()
+	select {
+	case err := <-retried:
+		_, stat := os.Stat(filepath.Join(q, "processing", id+".json"))
+		close(slow.gate) // so that Close, which waits for the retire, returns
+		t.Fatalf("the retry returned (%v) before the fail's retire of processing/ (there: %v): a kill now would bring the claim back", err, stat == nil)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(slow.gate)
+	if err := <-retried; err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"processing", "done"} {
+		if _, err := os.Stat(filepath.Join(q, dir, id+".json")); !os.IsNotExist(err) {
+			t.Errorf("%s/ still holds the retried task (%v)", dir, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(q, "pending", id+".json")); err != nil {
+		t.Errorf("the retried task is not in pending/: %v", err)
+	}
+}
+
+// TestACleanStopRetiresWhatItsLastCommitMoved: a claim not yet committed
+// when the store closes (a request still under way at the stop) is made
+// durable by Close's commit, and its source is retired before the folder
+// is let go, however late that retire comes: a clean stop leaves each task
+// in one state directory, and no spare behind.
+func TestACleanStopRetiresWhatItsLastCommitMoved(t *testing.T) {
+	s, j, slow, q := openSlowRetires(t)
+	ctx := context.Background()
+	posted, _ := domain.Post(id, host, queue, json.RawMessage(`{}`), "alice", epoch)
+	if err := s.Create(ctx, posted, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	slow.gate = make(chan struct{})
+	if _, err := s.ClaimNext(ctx, ref, nil, epoch, claimBy("box-1", epoch), nil); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(50*time.Millisecond, func() { close(slow.gate) })
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(q, "pending", id+".json")); !os.IsNotExist(err) {
+		t.Errorf("pending/ still holds the claimed task after a clean stop (%v)", err)
+	}
+	if _, err := os.Stat(filepath.Join(q, "processing", id+".json")); err != nil {
+		t.Errorf("the claimed task is not in processing/ after a clean stop: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(q, ".spare")); !os.IsNotExist(err) {
+		t.Errorf("a clean stop left %s/.spare (%v)", q, err)
 	}
 }

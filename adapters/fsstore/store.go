@@ -96,13 +96,25 @@ func (s *Store) Close() error {
 	if s.files.closed.Load() {
 		return nil
 	}
-	// A commit first, for the moves whose sources go with one: a clean
-	// stop leaves each task in one state directory.
+	// A commit first, for the moves whose sources go once one holds their
+	// records, and those sources retired: a clean stop leaves each task in
+	// one state directory. A retire under way ends before the folder is
+	// let go; one that comes later finds the store closed.
 	var errs []error
 	if s.files.recording() {
-		errs = append(errs, s.files.journal.Sync(context.Background()))
+		pending := s.files.unfinishedNow() // the commit below retires them
+		if err := s.files.journal.Sync(context.Background()); err != nil {
+			errs = append(errs, err) // a failed commit retires nothing
+		} else {
+			for _, done := range pending {
+				<-done
+			}
+		}
 	}
-	if s.files.closed.Swap(true) {
+	s.files.retiring.Lock()
+	already := s.files.closed.Swap(true)
+	s.files.retiring.Unlock()
+	if already {
 		return nil
 	}
 	s.files.dropSpares()
