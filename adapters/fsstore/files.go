@@ -236,9 +236,9 @@ func (f *files) awaitPending(t domain.Task, back bool) error {
 	return nil
 }
 
-// unfinishedNow returns the done channels of the writes pending now. Each
-// is done once the next commit has run (a move's retire) or once its own
-// write returns (a move back, a rewrite).
+// unfinishedNow returns the done channels of the writes pending now: a
+// move's retire is done once the next commit has run, if that commit
+// succeeds; a move back or a rewrite once its own write returns.
 func (f *files) unfinishedNow() []chan struct{} {
 	f.retiring.Lock()
 	defer f.retiring.Unlock()

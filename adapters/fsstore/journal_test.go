@@ -137,8 +137,12 @@ func TestJournalRestoresEveryCommittedWriteAfterAPowerLoss(t *testing.T) {
 			t.Fatal(err)
 		}
 		churn(s, seed+100, 1, 8, 30)
-		if err := j.Sync(context.Background()); err != nil {
-			t.Fatal(err)
+		// Two commits: the retires of the first run after it wakes its
+		// callers, and before the second begins.
+		for range 2 {
+			if err := j.Sync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
 		}
 		final := filesUnder(t, p.dir)
 		fsstore.Crash(s)
@@ -487,50 +491,63 @@ func openSlowRetires(t *testing.T) (*fsstore.Store, *durable.Syncer, *slowRetire
 }
 
 // TestAMoveBackWaitsForItsTasksRetires: a worker fails a task
-// (processing → done) and its owner retries it (done → pending) at once.
-// The retry is a move back, done on disc before it returns; were it done
-// while the fail's retire of processing/ was still to come, a kill then
-// would leave the task in processing/ and pending/, and the start-up scan
-// would keep processing/, undoing both answered changes. So a move back
-// first waits for every retire of its task still to come.
+// (processing → done), and at once its owner retries it (done → pending),
+// or retention removes it. The retry is a move back and the removal a
+// delete, each done on disc before it returns; were either done while the
+// fail's retire of processing/ was still to come, a kill then would leave
+// the task in processing/ (and pending/), and the start-up scan would keep
+// processing/: the claim back, the answered changes undone. So a move back
+// or a removal first waits for every retire of its task still to come.
 func TestAMoveBackWaitsForItsTasksRetires(t *testing.T) {
-	s, j, slow, q := openSlowRetires(t)
-	defer s.Close()
-	ctx := context.Background()
-	postAndClaim(t, s, j)
-
-	slow.gate = make(chan struct{})
-	mustUpdate(t, s, keyOf(id), step(func(t domain.Task) (domain.Task, domain.Event, error) {
-		return t.Fail("box-1", nil, epoch.Add(time.Second))
-	}))
-	if err := j.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	retried := make(chan error, 1)
-	go func() {
-		_, err := s.Update(ctx, keyOf(id), step(func(t domain.Task) (domain.Task, domain.Event, error) {
-			return t.Retry(epoch.Add(2 * time.Second))
-		}), nil)
-		retried <- err
-	}()
-	select {
-	case err := <-retried:
-		_, stat := os.Stat(filepath.Join(q, "processing", id+".json"))
-		close(slow.gate) // so that Close, which waits for the retire, returns
-		t.Fatalf("the retry returned (%v) before the fail's retire of processing/ (there: %v): a kill now would bring the claim back", err, stat == nil)
-	case <-time.After(100 * time.Millisecond):
-	}
-	close(slow.gate)
-	if err := <-retried; err != nil {
-		t.Fatal(err)
-	}
-	for _, dir := range []string{"processing", "done"} {
-		if _, err := os.Stat(filepath.Join(q, dir, id+".json")); !os.IsNotExist(err) {
-			t.Errorf("%s/ still holds the retried task (%v)", dir, err)
-		}
-	}
-	if _, err := os.Stat(filepath.Join(q, "pending", id+".json")); err != nil {
-		t.Errorf("the retried task is not in pending/: %v", err)
+	for _, tc := range []struct {
+		name  string
+		after func(*fsstore.Store) error
+		left  string // the state directory that holds the task at the end; "" for none
+	}{
+		{"retry", func(s *fsstore.Store) error {
+			_, err := s.Update(context.Background(), keyOf(id), step(func(t domain.Task) (domain.Task, domain.Event, error) {
+				return t.Retry(epoch.Add(2 * time.Second))
+			}), nil)
+			return err
+		}, "pending"},
+		{"remove", func(s *fsstore.Store) error { return s.Delete(context.Background(), keyOf(id), nil, nil) }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, j, slow, q := openSlowRetires(t)
+			defer s.Close()
+			postAndClaim(t, s, j)
+			slow.gate = make(chan struct{})
+			mustUpdate(t, s, keyOf(id), step(func(t domain.Task) (domain.Task, domain.Event, error) {
+				return t.Fail("box-1", nil, epoch.Add(time.Second))
+			}))
+			if err := j.Sync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- tc.after(s) }()
+			select {
+			case err := <-done:
+				_, stat := os.Stat(filepath.Join(q, "processing", id+".json"))
+				close(slow.gate) // so that Close, which waits for the retire, returns
+				t.Fatalf("it returned (%v) before the fail's retire of processing/ (there: %v): a kill now would bring the claim back", err, stat == nil)
+			case <-time.After(100 * time.Millisecond):
+			}
+			close(slow.gate)
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("still waiting 10 s after the fail's retire was let run")
+			}
+			for _, dir := range domain.Dirs {
+				_, err := os.Stat(filepath.Join(q, dir, id+".json"))
+				if there := err == nil; there != (dir == tc.left) {
+					t.Errorf("%s/ holds the task: %v, want %v (%v)", dir, there, dir == tc.left, err)
+				}
+			}
+		})
 	}
 }
 
@@ -554,8 +571,15 @@ func TestACleanStopRetiresWhatItsLastCommitMoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.AfterFunc(50*time.Millisecond, func() { close(slow.gate) })
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close still waiting 10 s after the claim's retire was let run")
 	}
 	if _, err := os.Stat(filepath.Join(q, "pending", id+".json")); !os.IsNotExist(err) {
 		t.Errorf("pending/ still holds the claimed task after a clean stop (%v)", err)

@@ -102,7 +102,7 @@ func (s *Store) Close() error {
 	// let go; one that comes later finds the store closed.
 	var errs []error
 	if s.files.recording() {
-		pending := s.files.unfinishedNow() // the commit below retires them
+		pending := s.files.unfinishedNow() // the moves' retires come with the commit below
 		if err := s.files.journal.Sync(context.Background()); err != nil {
 			errs = append(errs, err) // a failed commit retires nothing
 		} else {
