@@ -133,7 +133,8 @@ type Syncer struct {
 	// expectWait bounds the wait for an expected caller; 0: ExpectWait.
 	expectWait time.Duration
 
-	// flush is one group commit; commit, but for the group commit's tests.
+	// flush is one group commit, returning what is to run after it:
+	// commitRecords, but for the group commit's tests.
 	flush func() (after []func(), err error)
 }
 
@@ -321,29 +322,18 @@ func (s *Syncer) Settle() error {
 	return nil
 }
 
-// commitRecords is one group commit: the journal takes the records added since
-// the last commit, the roots' owners flush what they wrote beside those
-// records, then the journal writes and fdatasyncs them. It returns what
-// was to run after those records (AfterCommit), for run to call once it has
-// woken the callers. A failed flush, or a failed checkpoint, fails this
-// commit and every later one (journal.failed). The caller holds commitMu.
+// commitRecords is one group commit: the journal takes the records added
+// since the last commit, the roots' owners flush what they wrote beside
+// those records, then the journal writes and fdatasyncs them. It returns
+// what was to run after those records (AfterCommit), for run to call once
+// it has woken the callers. A failed flush, or a failed checkpoint, fails
+// this commit and every later one (journal.failed). The caller holds
+// commitMu.
 func (s *Syncer) commitRecords() (after []func(), err error) {
 	if s.journal == nil {
 		return nil, nil
 	}
 	return s.journal.commit(s.flushOwners)
-}
-
-// commit is a group commit with no callers to wake: the commit, then what
-// was to run after it.
-func (s *Syncer) commit() error {
-	s.commitMu.Lock()
-	defer s.commitMu.Unlock()
-	after, err := s.commitRecords()
-	for _, fn := range after {
-		fn()
-	}
-	return err
 }
 
 // flushOwners runs the roots' owners' flushes (BeforeCommit) for a commit

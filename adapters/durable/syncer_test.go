@@ -35,6 +35,18 @@ func goSync(ctx context.Context, s *Syncer) <-chan error {
 	return done
 }
 
+// commit is a group commit with no callers to wake: the commit, then what
+// was to run after it, as run does them.
+func (s *Syncer) commit() error {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	after, err := s.commitRecords()
+	for _, fn := range after {
+		fn()
+	}
+	return err
+}
+
 // groupCommit is a Syncer whose commit is flush.
 func groupCommit(flush func() error) *Syncer {
 	return &Syncer{record: true, flush: func() ([]func(), error) { return nil, flush() }}

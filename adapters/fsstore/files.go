@@ -216,23 +216,27 @@ func (f *files) retireCommitted(ref domain.QueueRef, src string, p pending) {
 // forward need not wait for their task's other paths: the scan prefers
 // where they go.
 func (f *files) awaitPending(t domain.Task, back bool) error {
-	paths := []string{f.path(t)}
-	if back {
-		paths = paths[:0]
-		for _, dir := range domain.Dirs {
-			paths = append(paths, filepath.Join(f.items, t.Host, t.Queue, dir, fileName(t.ID)))
-		}
+	if !back {
+		return f.awaitPath(f.path(t))
 	}
-	for _, path := range paths {
-		p, ok := f.pending.Load(path)
-		if !ok {
-			continue
-		}
-		if err := f.journal.Sync(context.Background()); err != nil {
+	for _, dir := range domain.Dirs {
+		if err := f.awaitPath(filepath.Join(f.items, t.Host, t.Queue, dir, fileName(t.ID))); err != nil {
 			return err
 		}
-		<-p.(pending).done
 	}
+	return nil
+}
+
+// awaitPath returns once no write to path is pending (awaitPending).
+func (f *files) awaitPath(path string) error {
+	p, ok := f.pending.Load(path)
+	if !ok {
+		return nil
+	}
+	if err := f.journal.Sync(context.Background()); err != nil {
+		return err
+	}
+	<-p.(pending).done
 	return nil
 }
 
