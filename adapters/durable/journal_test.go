@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -797,10 +798,15 @@ func TestAfterCommitRunsOnceItsRecordsAreDurable(t *testing.T) {
 	release := make(chan struct{})
 	ran := make(chan int64, 1)
 	j.Root(Items).Put("a.json", []byte(`{}`))
+	var started atomic.Bool
 	j.Root(Items).AfterCommit(func() {
+		started.Store(true)
 		<-release
 		ran <- j.journal.off
 	})
+	if started.Load() {
+		t.Fatal("ran before any commit")
+	}
 	before := j.journal.off
 	synced := make(chan error, 1)
 	go func() { synced <- j.Sync(context.Background()) }()

@@ -478,8 +478,8 @@ func (s *Syncer) run() {
 		// that no other commit or Settle begins a lap in between (see
 		// Root.Hold). The callers are woken before those calls: what they
 		// do (a moved task's old file set aside) is no part of what the
-		// callers were promised, and under load they took a sixth of the
-		// time a caller waited (BENCHMARKS.md, "Issue 17").
+		// callers were promised, and under load they took about 15 % of
+		// the time a caller waited (BENCHMARKS.md, "Issue 17").
 		s.commitMu.Lock()
 		start := time.Now()
 		after, err := s.flush()

@@ -533,14 +533,7 @@ func TestAMoveBackWaitsForItsTasksRetires(t *testing.T) {
 			case <-time.After(100 * time.Millisecond):
 			}
 			close(slow.gate)
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatal(err)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("still waiting 10 s after the fail's retire was let run")
-			}
+			mustReturn(t, done, "after the fail's retire was let run, it")
 			for _, dir := range domain.Dirs {
 				_, err := os.Stat(filepath.Join(q, dir, id+".json"))
 				if there := err == nil; there != (dir == tc.left) {
@@ -548,6 +541,20 @@ func TestAMoveBackWaitsForItsTasksRetires(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// mustReturn waits for done, and fails the test with its error, or if who
+// (what is still waiting) has not returned within 10 s.
+func mustReturn(t *testing.T, done <-chan error, who string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s is still waiting 10 s on", who)
 	}
 }
 
@@ -573,14 +580,7 @@ func TestACleanStopRetiresWhatItsLastCommitMoved(t *testing.T) {
 	time.AfterFunc(50*time.Millisecond, func() { close(slow.gate) })
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Close still waiting 10 s after the claim's retire was let run")
-	}
+	mustReturn(t, closed, "after the claim's retire was let run, Close")
 	if _, err := os.Stat(filepath.Join(q, "pending", id+".json")); !os.IsNotExist(err) {
 		t.Errorf("pending/ still holds the claimed task after a clean stop (%v)", err)
 	}
