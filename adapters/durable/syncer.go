@@ -514,11 +514,13 @@ const gatherYields = 3
 // handlers that have written their records are runnable but have not yet
 // reached Sync (the processors are busy with those the last flush woke):
 // flushing at once serves the one that got there first and leaves the rest
-// for the flush after, so half the flushes served a single caller and each
-// cost its share of CPU (BENCHMARKS.md, "Issue 17's workloads"). A yield
-// costs microseconds and sets no timer, so a lone caller on an idle server
-// is not held up (unless a claim is expected: awaitExpected). The caller
-// holds s.mu, and s.next is not nil.
+// for the flush after. While a commit still set aside its moves' old files
+// before waking its callers, half the flushes then served a single caller;
+// since run does that after the wake, the yields save 10-20 % of the
+// flushes under load, though not tasks/s (BENCHMARKS.md, "Tried and not
+// kept"). A yield sets no timer and costs microseconds on an idle server,
+// so a lone caller there is not held up (unless a claim is expected:
+// awaitExpected). The caller holds s.mu, and s.next is not nil.
 func (s *Syncer) gather() {
 	s.awaitExpected()
 	for range gatherYields {

@@ -7,8 +7,8 @@ import "time"
 // thousands a second under load, and a claim or a result runs deep (the
 // store's write and its flush): on a fresh goroutine its stack grows from
 // the runtime's smallest, copied at each doubling, which took about 5 % of
-// the server's CPU (perf, BENCHMARKS.md). A goroutine kept here keeps the
-// stack it grew.
+// the server's CPU (perf; BENCHMARKS.md's history). A goroutine kept here
+// keeps the stack it grew.
 type goroutines struct {
 	// idle hands a function to a goroutine waiting for one; unbuffered, so
 	// a send succeeds only when one is waiting.
