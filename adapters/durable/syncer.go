@@ -516,9 +516,9 @@ const gatherYields = 3
 // flushing at once serves the one that got there first and leaves the rest
 // for the flush after. While a commit still set aside its moves' old files
 // before waking its callers, half the flushes then served a single caller;
-// since run does that after the wake, the yields save 10-20 % of the
-// flushes under load, though not tasks/s (BENCHMARKS.md, "Tried and not
-// kept"). A yield sets no timer and costs microseconds on an idle server,
+// since run does that after the wake, without the yields there are 10-20 %
+// more flushes under load, and no more tasks/s (BENCHMARKS.md, "Tried and
+// not kept"). A yield sets no timer and costs microseconds on an idle server,
 // so a lone caller there is not held up (unless a claim is expected:
 // awaitExpected). The caller holds s.mu, and s.next is not nil.
 func (s *Syncer) gather() {

@@ -22,9 +22,10 @@ import (
 // That matters on ext4 without a journal, where creating a file skips
 // every inode freed in the last half minute or so: under churn each create
 // scans thousands of them, and the store's throughput fell to a fraction
-// of the disc's (BENCHMARKS.md). A spare is still a temp file in the SPEC's
-// sense: it is written whole, then renamed over nothing; spares left by a
-// crash are removed at start-up, and a clean stop removes them too.
+// of the disc's (BENCHMARKS.md's history). A spare is still a temp file in
+// the SPEC's sense: it is written whole, then renamed over nothing; spares
+// left by a crash are removed at start-up, and a clean stop removes them
+// too.
 //
 // Each queue keeps its own spares in <queue>/.spare/, outside the state
 // directories (which hold task files only), and inside the queue's folder,
