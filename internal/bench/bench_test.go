@@ -312,8 +312,8 @@ func TestSmokePeers(t *testing.T) {
 		// store under --sync always only.
 		for name := range row.TPS {
 			// /proc/stat counts in clock ticks (10 ms): a run over in
-			// less than two has no share to report (beanstalkd without a
-			// binlog finishes these 50 jobs in a few milliseconds).
+			// less than two may have no share to report (beanstalkd
+			// without a binlog finishes these 50 jobs in a few ms).
 			if run := time.Duration(float64(row.N) / row.TPS[name].Median * float64(time.Second)); run < 2*userHZ {
 				t.Logf("K=%d: %s: over in %v, under two clock ticks: no share to check", row.K, name, run)
 				continue
