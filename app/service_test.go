@@ -94,7 +94,7 @@ func (f *fixture) holdTasks(t *testing.T, n int) []app.Held {
 	for i := range n {
 		f.post(t, fmt.Sprintf(`{"url":"%d"}`, i))
 		c := f.claim(t, "w")
-		held[i] = app.Held{ID: c.ID, Attempts: c.Attempts}
+		held[i] = app.Held{ID: c.ID, By: domain.HolderOf(c)}
 	}
 	return held
 }
@@ -337,7 +337,7 @@ func TestRequeueOnlyUnderTheSameClaim(t *testing.T) {
 	_ = f.svc.Sweep(ctx, []*domain.Queue{f.q})
 	f.claim(t, "socket-b")
 	// Socket A closes now: the task is B's under a newer claim, so it stays.
-	ok, err := f.svc.Requeue(ctx, f.q, task.ID, first.Attempts, domain.CauseSocket)
+	ok, err := f.svc.Requeue(ctx, f.q, task.ID, domain.HolderOf(first), domain.CauseSocket)
 	if err != nil || ok {
 		t.Fatalf("requeue under an old claim = %v, %v", ok, err)
 	}
@@ -345,9 +345,42 @@ func TestRequeueOnlyUnderTheSameClaim(t *testing.T) {
 	if got.Status != domain.Processing || got.Lease.Worker != "socket-b" {
 		t.Errorf("task after stale requeue: %+v", got)
 	}
-	ok, err = f.svc.Requeue(ctx, f.q, task.ID, got.Attempts, domain.CauseSocket)
+	if ok, err := f.svc.Requeue(ctx, f.q, task.ID, domain.Holder{Worker: "socket-a", Attempt: got.Attempts}, domain.CauseSocket); err != nil || ok {
+		t.Fatalf("requeue under another worker's claim = %v, %v", ok, err)
+	}
+	ok, err = f.svc.Requeue(ctx, f.q, task.ID, domain.HolderOf(got), domain.CauseSocket)
 	if err != nil || !ok {
 		t.Fatalf("requeue under the current claim = %v, %v", ok, err)
+	}
+}
+
+// TestRequeueLeavesAClaimAfterARetry: a retry counts attempts from 0 again,
+// so the claim after it has the attempt number of one before it. A socket
+// still listing the older claim (its task failed without it, was retried
+// and claimed again by the same worker name) must not re-queue the newer
+// one when it closes.
+func TestRequeueLeavesAClaimAfterARetry(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	ctx := context.Background()
+	task := f.post(t, `{"url":"a"}`)
+	first := f.claim(t, "box")
+	if out, err := f.svc.Fail(ctx, f.q, task.ID, "other", nil); err != nil || !out.Accepted {
+		t.Fatalf("fail: %+v %v", out, err)
+	}
+	f.clock.Advance(time.Second)
+	if _, err := f.svc.RetryTask(ctx, f.q, task.ID); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	second := f.claim(t, "box")
+	if second.Attempts != first.Attempts {
+		t.Fatalf("attempts %d after the retry, want %d again", second.Attempts, first.Attempts)
+	}
+	if ok, err := f.svc.Requeue(ctx, f.q, task.ID, domain.HolderOf(first), domain.CauseSocket); err != nil || ok {
+		t.Fatalf("requeue under the claim before the retry = %v, %v", ok, err)
+	}
+	got, _ := f.svc.Get(ctx, f.q, task.ID)
+	if got.Status != domain.Processing || got.Attempts != 1 || got.Lease == nil || got.Lease.Worker != "box" {
+		t.Errorf("task after the stale requeue: %+v", got)
 	}
 }
 
@@ -479,6 +512,34 @@ func TestLogFailureIsNotAcknowledged(t *testing.T) {
 	}
 	if n := f.repo.Counts(f.q.Ref()); n != (ports.Counts{}) {
 		t.Errorf("unacknowledged post left a task: %+v", n)
+	}
+	// Another caller's commit may hold the post's write: the take-back is
+	// flushed before the answer, or a power loss could bring the task back.
+	if n := f.sync.count(); n != 1 {
+		t.Errorf("%d flushes after the take-back of a post, want 1", n)
+	}
+}
+
+// TestABatchWhoseLogFailsIsTakenBackDurably: a batch stores its tasks one
+// by one; when a later one's event line fails, the ones stored are deleted
+// (all or nothing) and the deletions flushed before the 503.
+func TestABatchWhoseLogFailsIsTakenBackDurably(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	appends := 0
+	f.log.BeforeAppend(func() {
+		if appends++; appends == 3 {
+			f.log.Fail(&domain.Error{Kind: domain.KindUnavailable, Code: "log_unavailable", Message: "disc full"})
+		}
+	})
+	items := [][]byte{[]byte(`{"url":"a"}`), []byte(`{"url":"b"}`), []byte(`{"url":"c"}`)}
+	if _, err := f.svc.PostBatch(context.Background(), f.q, "", items, app.PostOptions{}); domain.KindOf(err) != domain.KindUnavailable {
+		t.Fatalf("batch with a failing log: %v", err)
+	}
+	if n := f.repo.Counts(f.q.Ref()); n != (ports.Counts{}) {
+		t.Errorf("unacknowledged batch left tasks: %+v", n)
+	}
+	if n := f.sync.count(); n != 2 { // the third post's take-back, then the batch's
+		t.Errorf("%d flushes after the take-back of a batch, want 2", n)
 	}
 }
 
@@ -630,7 +691,7 @@ func TestAClaimSkipsATaskALoweredMaxAttemptsHasSpent(t *testing.T) {
 	spent := f.post(t, `{"url":"spent"}`)
 	for range 3 {
 		c := f.claim(t, "w")
-		if ok, err := f.svc.Requeue(ctx, f.q, c.ID, c.Attempts, domain.CauseSocket); err != nil || !ok {
+		if ok, err := f.svc.Requeue(ctx, f.q, c.ID, domain.HolderOf(c), domain.CauseSocket); err != nil || !ok {
 			t.Fatalf("requeue: %v, %v", ok, err)
 		}
 	}

@@ -118,10 +118,7 @@ func (s *Service) PostBatch(ctx context.Context, q *domain.Queue, user string, i
 	for i, doc := range docs {
 		t, err := s.create(ctx, q, user, doc, posting, ids[i], now)
 		if err != nil {
-			// Take back what this batch stored: all or nothing.
-			for _, done := range tasks {
-				_ = s.repo.Delete(ctx, domain.KeyOf(done), nil, nil)
-			}
+			s.takeBack(ctx, tasks...) // all or nothing
 			return nil, err
 		}
 		tasks = append(tasks, t)
@@ -160,7 +157,7 @@ func (s *Service) create(ctx context.Context, q *domain.Queue, user string, item
 		case stored:
 			// Unlogged, the post is not acknowledged; take the task back so
 			// the client's retry does not leave a twin behind.
-			_ = s.repo.Delete(ctx, domain.KeyOf(t), nil, nil)
+			s.takeBack(ctx, t)
 			return domain.Task{}, err
 		case errors.Is(err, domain.ErrKeyTaken):
 			return domain.Task{}, err
@@ -170,6 +167,21 @@ func (s *Service) create(ctx context.Context, q *domain.Queue, user string, item
 		// 2^64 ids make a collision all but impossible; if one happens, draw again.
 		id = ""
 	}
+}
+
+// takeBack deletes tasks stored for a post that is answered with an error,
+// and flushes the deletions before the answer: another caller's commit may
+// have made a task's write durable already, and a power loss after the
+// answer must not bring it back beside the client's retry. It does its
+// best; a failing store fails the answer anyway.
+func (s *Service) takeBack(ctx context.Context, tasks ...domain.Task) {
+	if len(tasks) == 0 {
+		return
+	}
+	for _, t := range tasks {
+		_ = s.repo.Delete(ctx, domain.KeyOf(t), nil, nil)
+	}
+	_ = s.syncer.Sync(context.WithoutCancel(ctx))
 }
 
 // Status returns the producer's view of a task. The first read of a terminal
@@ -256,12 +268,13 @@ func (s *Service) Result(ctx context.Context, q *domain.Queue, id, worker string
 }
 
 // Requeue puts a task back to pending if it is still processing under the
-// claim that handed it out (attempt number attempts), for a client that
-// has gone (RequeueAll). A task that was since re-queued and claimed by
-// someone else, or finished, is left alone.
-func (s *Service) Requeue(ctx context.Context, q *domain.Queue, id string, attempts int, cause string) (bool, error) {
+// claim that handed it out (by: its worker, attempt number and notBefore),
+// for a client that has gone (RequeueAll). A task that was since re-queued
+// and claimed by someone else, or finished, or failed and retried and
+// claimed again under the same attempt number, is left alone.
+func (s *Service) Requeue(ctx context.Context, q *domain.Queue, id string, by domain.Holder, cause string) (bool, error) {
 	_, err := s.transition(ctx, q, id, func(t domain.Task, now time.Time) (domain.Task, domain.Event, error) {
-		if t.Attempts != attempts {
+		if by.Attempt == 0 || t.HeldBy(by) != nil {
 			return t, domain.Event{}, domain.ErrNotProcessing
 		}
 		return t.Requeue(cause, s.retry(q), now)
@@ -275,11 +288,11 @@ func (s *Service) Requeue(ctx context.Context, q *domain.Queue, id string, attem
 	return true, nil
 }
 
-// Held is a task held under one claim: its id and the claim's attempt
-// number.
+// Held is a task held under one claim: its id and the claim
+// (domain.HolderOf the task as claimed).
 type Held struct {
-	ID       string
-	Attempts int
+	ID string
+	By domain.Holder
 }
 
 // RequeueAll re-queues each task of held (Requeue), side by side, and
@@ -289,7 +302,7 @@ type Held struct {
 func (s *Service) RequeueAll(ctx context.Context, q *domain.Queue, held []Held, cause string) (int, error) {
 	var requeued atomic.Int64
 	err := s.sideBySide(len(held), func(i int) error {
-		ok, err := s.Requeue(ctx, q, held[i].ID, held[i].Attempts, cause)
+		ok, err := s.Requeue(ctx, q, held[i].ID, held[i].By, cause)
 		if ok {
 			requeued.Add(1)
 		}

@@ -138,25 +138,47 @@ func (t Task) Exhaust(s Settings, now time.Time) (Task, Event, error) {
 	return t.failWith(AttemptsError, EventFailed, now)
 }
 
-// Holder names who reports on a processing task: its worker, and the
-// attempt (the claim's attempts) it holds, 0 when the caller does not say.
-// A worker's name alone cannot tell a stale holder from a newer claim by
-// the same name (its lease lapsed, it claimed the task again, and the old
-// claim's report arrives late); the attempt can.
+// Holder names who reports on a processing task: its worker and, when the
+// caller knows it (a worker socket does), the claim it holds. A worker's
+// name alone cannot tell a stale holder from a newer claim by the same name
+// (its lease lapsed, it claimed the task again, and the old claim's report
+// arrives late); the claim's attempt number can, and since a retry (SPEC
+// §12) counts attempts from 0 again, so does the notBefore the claim was
+// made under: a retry sets it to its own time, and nothing else changes it
+// while the task is processing (CheckTransition). Only a task claimed,
+// ended and retried within one millisecond of its notBefore would repeat
+// both.
 type Holder struct {
-	Worker  string
-	Attempt int
+	Worker    string
+	Attempt   int    // the claim's attempts; 0: any claim of Worker's
+	NotBefore *int64 // with Attempt: the task's notBefore when claimed
+}
+
+// HolderOf names the claim t is processing under (t must be processing).
+func HolderOf(t Task) Holder {
+	h := Holder{Attempt: t.Attempts, NotBefore: t.NotBefore}
+	if t.Lease != nil {
+		h.Worker = t.Lease.Worker
+	}
+	return h
+}
+
+// Names reports whether h's claim is the one whose number t carries
+// (attempts and notBefore), whatever t's status: a claim h names that
+// ended (finished, failed, re-queued) leaves them in place.
+func (h Holder) Names(t Task) bool {
+	return h.Attempt == t.Attempts && samePtr(h.NotBefore, t.NotBefore)
 }
 
 // HeldBy reports whether h holds t's lease: t is processing, leased to
-// h.Worker and, if h names an attempt, in that attempt.
+// h.Worker and, if h names a claim, under that claim.
 func (t Task) HeldBy(h Holder) error {
 	switch {
 	case t.Status != Processing:
 		return ErrNotProcessing
 	case t.Lease == nil || t.Lease.Worker != h.Worker:
 		return ErrNotLeaseHolder
-	case h.Attempt != 0 && h.Attempt != t.Attempts:
+	case h.Attempt != 0 && !h.Names(t):
 		return ErrNotLeaseHolder
 	}
 	return nil

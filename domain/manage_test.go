@@ -133,3 +133,39 @@ func TestHeldBy(t *testing.T) {
 		t.Errorf("HeldBy of a pending task = %v", err)
 	}
 }
+
+// TestAClaimBeforeARetryHoldsNoLaterClaim: a retry counts attempts from 0
+// again, so a claim after it repeats the attempt number of one before it;
+// the holder of the older claim, say a worker socket that still lists it,
+// must not hold the newer one, even under the same worker name.
+func TestAClaimBeforeARetryHoldsNoLaterClaim(t *testing.T) {
+	first := mustClaim(t, mustPost(t), "box-1", at(time.Second))
+	old := HolderOf(first)
+	if old != (Holder{Worker: "box-1", Attempt: 1}) || first.HeldBy(old) != nil {
+		t.Fatalf("HolderOf(first claim) = %+v, held: %v", old, first.HeldBy(old))
+	}
+	failed, _, err := first.Fail("box-2", nil, at(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !old.Names(failed) {
+		t.Error("the failed task no longer names the claim it ended")
+	}
+	retried, _, err := failed.Retry(at(3 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := mustClaim(t, retried, "box-1", at(4*time.Second))
+	if second.Attempts != first.Attempts {
+		t.Fatalf("attempts %d after the retry's claim, want %d again", second.Attempts, first.Attempts)
+	}
+	if err := second.HeldBy(old); !errors.Is(err, ErrNotLeaseHolder) {
+		t.Errorf("the claim before the retry holds the one after it: %v", err)
+	}
+	if old.Names(second) {
+		t.Error("the claim before the retry names the one after it")
+	}
+	if err := second.HeldBy(HolderOf(second)); err != nil {
+		t.Errorf("the claim after the retry does not hold itself: %v", err)
+	}
+}

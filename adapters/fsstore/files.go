@@ -280,7 +280,11 @@ func (f *files) rewrite(t domain.Task, data []byte) error {
 	return nil
 }
 
-// Remove deletes t's file (retires it, spares.go).
+// Remove deletes t's file (retires it, spares.go). The removal is recorded
+// before the file is set aside: once set aside, a move may take the file
+// for its own and write into it in place, and the commit that holds that
+// write must hold the removal too, or a power loss could leave t's name on
+// another task's data.
 func (f *files) Remove(t domain.Task) error {
 	if err := f.usable(); err != nil {
 		return err
@@ -288,13 +292,10 @@ func (f *files) Remove(t domain.Task) error {
 	if err := f.awaitPending(t, true); err != nil {
 		return err
 	}
-	if err := f.retire(domain.KeyOf(t).Ref(), f.path(t)); err != nil {
-		return err
-	}
 	if f.journal != nil {
 		f.journal.Remove(f.relPath(t))
 	}
-	return nil
+	return f.retire(domain.KeyOf(t).Ref(), f.path(t))
 }
 
 // usable refuses writes once Close has let another process have the folder.

@@ -591,3 +591,116 @@ func TestACleanStopRetiresWhatItsLastCommitMoved(t *testing.T) {
 		t.Errorf("a clean stop left %s/.spare (%v)", q, err)
 	}
 }
+
+// removeHook is the store's journal with a hook run once, as the first
+// removal is recorded.
+type removeHook struct {
+	*durable.Root
+	hook func()
+	done bool
+}
+
+func (h *removeHook) Remove(path string) {
+	if !h.done && h.hook != nil {
+		h.done = true
+		h.hook()
+	}
+	h.Root.Remove(path)
+}
+
+// TestARemovedFileIsNotReusedBeforeItsRemovalIsRecorded: retention removes
+// a finished task D, and at once a claim of task Z, finding no spare held
+// open, may take D's old file for its own. Were that file set aside before
+// D's removal was recorded, the claim's commit could hold Z's write and not
+// D's removal; the power going then leaves D's name on Z's data (the write
+// in place reached the disc, the renames did not), and the start-up scan
+// would report the finished D corrupt. Recorded first, the removal is in
+// every commit of a write into that file.
+func TestARemovedFileIsNotReusedBeforeItsRemovalIsRecorded(t *testing.T) {
+	dir, logs := t.TempDir(), t.TempDir()
+	boots := 0
+	ctx := context.Background()
+	var hooked *removeHook
+	open := func() (*fsstore.Store, *durable.Syncer) {
+		boots++
+		t.Setenv(durable.BootEnv, fmt.Sprintf("boot-%d", boots))
+		j, err := durable.Open(durable.Config{Items: dir, Logs: logs, Record: true,
+			Checkpoint: func() error { return nil }}) // the power goes before any makes anything durable
+		if err != nil {
+			t.Fatal(err)
+		}
+		hooked = &removeHook{Root: j.Root(durable.Items)}
+		s, err := fsstore.Open(dir, fsstore.WithJournal(hooked))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, j
+	}
+	s, j := open()
+	fsstore.HoldAtMost(s, 0) // no spare held open: a move takes a set-aside file
+	d, z := taskID(1), taskID(2)
+	for _, id := range []string{d, z} {
+		posted, _ := domain.Post(id, host, queue, json.RawMessage(`{}`), "alice", epoch)
+		if err := s.Create(ctx, posted, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.ClaimNext(ctx, ref, nil, epoch, claimBy("box-1", epoch), nil); err != nil { // d, the older id
+		t.Fatal(err)
+	}
+	mustUpdate(t, s, keyOf(d), finishWith(`{"ok":true}`, epoch.Add(time.Second)))
+	for range 2 { // the finish, then what its commit retired
+		if err := j.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := j.Settle(); err != nil {
+		t.Fatal(err)
+	}
+	queueDir := filepath.Join(dir, host, queue)
+	before := snapshot(queueDir) // what the disc holds for sure: the power loss's floor
+	doneD := filepath.Join(queueDir, "done", d+".json")
+	inodeD := inode(t, doneD)
+
+	var claimed string
+	hooked.hook = func() {
+		if _, err := s.ClaimNext(ctx, ref, nil, epoch, claimBy("box-2", epoch), nil); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := j.Sync(ctx); err != nil { // the claim is answered
+			t.Error(err)
+		}
+		procZ := filepath.Join(queueDir, "processing", z+".json")
+		if inode(t, procZ) == inodeD {
+			data, _ := os.ReadFile(procZ)
+			claimed = string(data) // written in place into D's old file
+		}
+	}
+	if err := s.Delete(ctx, keyOf(d), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	fsstore.Crash(s)
+	_ = j.Close()
+
+	// The power goes: the renames since the snapshot are lost, a write in
+	// place into D's old file is not.
+	for _, sub := range []string{"pending", "processing", "done"} {
+		_ = os.RemoveAll(filepath.Join(queueDir, sub))
+	}
+	for rel, data := range before {
+		mustWrite(t, filepath.Join(queueDir, rel), data)
+	}
+	if claimed != "" {
+		mustWrite(t, doneD, claimed)
+	}
+	again, againJ := open()
+	defer againJ.Close()
+	defer again.Close()
+	if c := again.Recovered(); len(c) != 0 {
+		t.Errorf("after the power loss the start-up scan reported %+v", c)
+	}
+	if got, err := again.Get(ctx, keyOf(z)); err != nil || got.Status != domain.Processing {
+		t.Errorf("the claimed task after the power loss: %+v %v", got, err)
+	}
+}

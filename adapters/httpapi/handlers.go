@@ -163,7 +163,7 @@ func (a *API) handBack(r *http.Request, q *domain.Queue, tasks ...domain.Task) b
 	}
 	held := make([]app.Held, len(tasks))
 	for i, t := range tasks {
-		held[i] = app.Held{ID: t.ID, Attempts: t.Attempts}
+		held[i] = app.Held{ID: t.ID, By: domain.HolderOf(t)}
 	}
 	if _, err := a.svc.RequeueAll(context.WithoutCancel(r.Context()), q, held, domain.CauseSocket); err != nil {
 		a.logger.Error("re-queue tasks claimed for a client that has gone", zap.Error(err))

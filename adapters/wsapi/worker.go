@@ -101,11 +101,12 @@ type worker struct {
 	held    map[string]holding // task id → the claim that handed it out here
 }
 
-// holding is a task a worker socket holds: the attempt number of the claim
-// that handed it out here, and how to stop watching it for a cancel.
+// holding is a task a worker socket holds: the claim that handed it out
+// here (domain.HolderOf the claimed task), and how to stop watching it for
+// a cancel.
 type holding struct {
-	attempts int
-	unwatch  context.CancelFunc
+	claim   domain.Holder
+	unwatch context.CancelFunc
 }
 
 // message is anything a worker sends. Fields keep their raw JSON so that
@@ -219,8 +220,11 @@ func (w *worker) await(ref, query json.RawMessage, place *app.Place) {
 	t, watch, err := w.s.svc.ClaimWatched(w.ctx, w.q, w.name, query, app.WaitForever, place, cancelWatchBuffer)
 	switch {
 	case err == nil:
-		w.settle(&t, watch)
+		watchCancel := w.settle(&t, watch)
 		w.sendBytes(encodeTask(ref, t.ID, t.Item, t.Attempts, t.Lease))
+		// Only now, so that a cancel the claim's watch already holds is
+		// told after the task it cancels, never before.
+		watchCancel()
 	case w.ctx.Err() != nil || errors.Is(err, domain.ErrNotFound):
 		w.settle(nil, nil) // the socket is gone, or the server is shutting down
 	default:
@@ -229,36 +233,39 @@ func (w *worker) await(ref, query json.RawMessage, place *app.Place) {
 	}
 }
 
-// settle ends one outstanding claim, and holds t if it took one, watching
-// it for a cancel with watch. Both happen before the task message is
-// queued, so a worker that claims again as soon as it reads the task never
-// finds its slot still taken.
-func (w *worker) settle(t *domain.Task, watch *app.Watch) {
+// settle ends one outstanding claim, and holds t if it took one. Both
+// happen before the task message is queued, so a worker that claims again
+// as soon as it reads the task never finds its slot still taken. The
+// returned function starts watching t for a cancel with watch; call it
+// once the task message is queued.
+func (w *worker) settle(t *domain.Task, watch *app.Watch) (watchCancel func()) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.waiting--
-	if t != nil {
-		w.hold(t.ID, t.Attempts, watch)
+	if t == nil {
+		return func() {}
 	}
+	return w.hold(t.ID, domain.HolderOf(*t), watch)
 }
 
-// hold records that this socket holds task id under claim attempts, and
-// watches it for a cancel while it does, starting with watch, the claim's
-// own (see app.Service.ClaimWatched). The caller holds w.mu.
-func (w *worker) hold(id string, attempts int, watch *app.Watch) {
+// hold records that this socket holds task id under claim, and returns
+// what watches it for a cancel while it does, starting with watch, the
+// claim's own (see app.Service.ClaimWatched). The caller holds w.mu.
+func (w *worker) hold(id string, claim domain.Holder, watch *app.Watch) (watchCancel func()) {
 	if h, ok := w.held[id]; ok {
 		h.unwatch() // an older claim of the same task, given back and taken again
 	}
 	ctx, unwatch := context.WithCancel(w.ctx)
-	w.held[id] = holding{attempts: attempts, unwatch: unwatch}
+	w.held[id] = holding{claim: claim, unwatch: unwatch}
 	w.watchers.Add(1)
-	w.s.goroutines.Go(func() { w.watchCancel(ctx, id, attempts, watch) })
+	return func() { w.s.goroutines.Go(func() { w.watchCancel(ctx, id, claim, watch) }) }
 }
 
-// drop stops holding task id if this socket still holds it under claim
-// attempts. The caller holds w.mu.
-func (w *worker) drop(id string, attempts int) {
-	if h, ok := w.held[id]; ok && h.attempts == attempts {
+// drop stops holding task id if this socket still holds it under claim,
+// the very holding's (its notBefore pointer included), not a later one's.
+// The caller holds w.mu.
+func (w *worker) drop(id string, claim domain.Holder) {
+	if h, ok := w.held[id]; ok && h.claim == claim {
 		h.unwatch()
 		delete(w.held, id)
 	}
@@ -271,14 +278,14 @@ func (w *worker) drop(id string, attempts int) {
 // and at 16 it was a sixth of the server's allocations under load.
 const cancelWatchBuffer = 4
 
-// watchCancel follows the changes of a task this socket holds under claim
-// attempts, and tells the worker at once when the task is cancelled:
-// {"type": "cancelled", "id"} (SPEC §12), so the work can stop. It follows
+// watchCancel follows the changes of a task this socket holds under claim,
+// and tells the worker at once when the task is cancelled: {"type":
+// "cancelled", "id"} (SPEC §12), so the work can stop. It follows
 // watch, the claim's, and once that falls behind a watch that reads the
 // task afresh. It ends once the task is no longer processing under that
 // claim, or ctx ends (the task was handed in or given back, or the socket
 // is gone).
-func (w *worker) watchCancel(ctx context.Context, id string, attempts int, watch *app.Watch) {
+func (w *worker) watchCancel(ctx context.Context, id string, claim domain.Holder, watch *app.Watch) {
 	defer w.watchers.Done()
 	for {
 		if watch == nil {
@@ -286,13 +293,13 @@ func (w *worker) watchCancel(ctx context.Context, id string, attempts int, watch
 				return
 			}
 			var err error
-			if watch, err = w.s.svc.WatchClaim(ctx, w.q, id, attempts, cancelWatchBuffer); err != nil {
+			if watch, err = w.s.svc.WatchClaim(ctx, w.q, id, claim.Attempt, cancelWatchBuffer); err != nil {
 				return // deleted, or the store is failing: nothing to tell
 			}
 		}
 		t := watch.Task
 		var err error
-		for err == nil && t.Status == domain.Processing && t.Attempts == attempts {
+		for err == nil && t.HeldBy(claim) == nil {
 			var ev domain.Event
 			ev, err = watch.Next(ctx)
 			t = ev.Task
@@ -302,9 +309,9 @@ func (w *worker) watchCancel(ctx context.Context, id string, attempts int, watch
 		if errors.Is(err, app.ErrWatchLost) {
 			continue // fell behind: read the record afresh
 		}
-		if err == nil && t.Attempts == attempts && t.Status == domain.Failed && t.Error != nil && *t.Error == domain.CancelledError {
+		if err == nil && claim.Names(t) && t.Status == domain.Failed && t.Error != nil && *t.Error == domain.CancelledError {
 			w.mu.Lock()
-			w.drop(id, attempts)
+			w.drop(id, claim)
 			w.mu.Unlock()
 			w.send(cancelledReply{Type: "cancelled", ID: id})
 		}
@@ -350,12 +357,12 @@ func (w *worker) apply(m message) {
 	w.mu.Lock()
 	h, wasHeld := w.held[m.ID]
 	w.mu.Unlock()
-	// A report on a task this socket holds names the attempt it holds, so
-	// a late report of an older claim by this worker cannot touch a newer
-	// one.
+	// A report on a task this socket holds names the claim it holds, so a
+	// late report of an older claim by this worker cannot touch a newer one
+	// (not even one after a retry, which repeats attempt numbers).
 	holder := domain.Holder{Worker: w.name}
 	if wasHeld {
-		holder.Attempt = h.attempts
+		holder = h.claim
 	}
 	out, err := w.call(ctx, m, holder)
 	if err != nil {
@@ -370,7 +377,7 @@ func (w *worker) apply(m message) {
 	// under another attempt.
 	if wasHeld && ((m.Type != "progress" && m.Type != "heartbeat") || !out.Accepted) {
 		w.mu.Lock()
-		w.drop(m.ID, h.attempts)
+		w.drop(m.ID, h.claim)
 		w.mu.Unlock()
 	}
 	w.sendBytes(encodeAck(m.Ref, out.Accepted, ackStatus(m.Type, out), out.Lease))
@@ -431,7 +438,7 @@ func (w *worker) release() {
 	// No goroutine touches held any more.
 	held := make([]app.Held, 0, len(w.held))
 	for id, h := range w.held {
-		held = append(held, app.Held{ID: id, Attempts: h.attempts})
+		held = append(held, app.Held{ID: id, By: h.claim})
 	}
 	requeued, err := w.s.svc.RequeueAll(context.Background(), w.q, held, domain.CauseSocket)
 	if err != nil {

@@ -56,6 +56,12 @@ type fixture struct {
 
 func newFixture(t testing.TB, repo ports.TaskRepository, opts wsapi.Options) *fixture {
 	t.Helper()
+	return newFixtureSyncing(t, repo, durable.None{}, opts)
+}
+
+// newFixtureSyncing is newFixture with a Syncer of the test's.
+func newFixtureSyncing(t testing.TB, repo ports.TaskRepository, syncer ports.Syncer, opts wsapi.Options) *fixture {
+	t.Helper()
 	f := &fixture{
 		hub: notify.NewHub(), repo: repo, log: &memlog.Log{},
 		q: &domain.Queue{
@@ -65,7 +71,7 @@ func newFixture(t testing.TB, repo ports.TaskRepository, opts wsapi.Options) *fi
 		workEnd: make(chan struct{}, 10),
 	}
 	f.svc = app.New(app.Deps{
-		Repo: repo, Syncer: durable.None{}, Log: f.log, Notifier: f.hub,
+		Repo: repo, Syncer: syncer, Log: f.log, Notifier: f.hub,
 		Clock: clock.System{}, Compiler: schema.Compiler{},
 	})
 	sockets := wsapi.New(f.svc, opts)
@@ -278,5 +284,106 @@ func TestWorkersCountsConnectedSockets(t *testing.T) {
 	<-f.workEnd
 	if got := f.sockets.Workers(f.q.Ref()); got != 0 {
 		t.Errorf("workers after both left = %d, want 0", got)
+	}
+}
+
+// TestAClosingSocketLeavesAClaimMadeAfterARetry: a socket that still lists
+// a task whose claim ended without it (another worker failed the task)
+// must not, when it closes, re-queue a newer claim of the task, though a
+// retry made its attempt number the same and the worker's name is too.
+func TestAClosingSocketLeavesAClaimMadeAfterARetry(t *testing.T) {
+	f := newFixture(t, index.New(), wsapi.Options{})
+	ctx := context.Background()
+	task, err := f.svc.Post(ctx, f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := f.dial(t, "/work?worker=w1")
+	if err := old.WriteMessage(websocket.TextMessage, []byte(`{"type":"claim","ref":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, old); !strings.Contains(got, `"attempts":1`) {
+		t.Fatalf("claim: %s", got)
+	}
+	if out, err := f.svc.Fail(ctx, f.q, task.ID, "w9", nil); err != nil || !out.Accepted {
+		t.Fatalf("fail: %+v %v", out, err)
+	}
+	time.Sleep(2 * time.Millisecond) // the retry's notBefore: a later millisecond than the claim's
+	if _, err := f.svc.RetryTask(ctx, f.q, task.ID); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	newer := f.dial(t, "/work?worker=w1")
+	if err := newer.WriteMessage(websocket.TextMessage, []byte(`{"type":"claim","ref":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, newer); !strings.Contains(got, `"attempts":1`) {
+		t.Fatalf("claim after the retry: %s", got)
+	}
+	// A late release of the old claim, on the old socket, is refused.
+	if err := old.WriteMessage(websocket.TextMessage, []byte(`{"type":"release","ref":2,"id":"`+task.ID+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, old); got != `{"type":"ack","ref":2,"accepted":false,"status":"processing"}` {
+		t.Errorf("release of the claim before the retry: %s", got)
+	}
+	if err := old.NetConn().Close(); err != nil {
+		t.Fatal(err)
+	}
+	<-f.workEnd // the old socket is finished with
+
+	got, err := f.repo.Get(ctx, domain.KeyOf(task))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != domain.Processing || got.Attempts != 1 || got.Lease == nil || got.Lease.Worker != "w1" {
+		t.Errorf("the newer claim after the old socket closed: status %s, attempts %d, lease %v", got.Status, got.Attempts, got.Lease)
+	}
+	for _, ev := range f.log.Of(task.ID) {
+		if ev.Kind == domain.EventRequeue || ev.Kind == domain.EventReleased {
+			t.Errorf("event %s/%s: the newer claim was given back", ev.Kind, ev.Cause)
+		}
+	}
+}
+
+// heldSyncer holds every claim's flush until the test lets it go: the
+// window in which a task is claimed and watched but not yet sent.
+type heldSyncer struct {
+	durable.None
+	arrived chan struct{}
+	go_     chan struct{}
+}
+
+func (h *heldSyncer) Arrive(ctx context.Context) error {
+	h.arrived <- struct{}{}
+	<-h.go_
+	return nil
+}
+
+// TestACancelIsToldAfterTheTaskItCancels: a task cancelled while its claim
+// is being flushed reaches the worker first, then its cancel; a cancel for
+// a task it never saw would be dropped by the worker, which would then do
+// the work for nothing. The window is narrow, so it is tried many times.
+func TestACancelIsToldAfterTheTaskItCancels(t *testing.T) {
+	syncer := &heldSyncer{arrived: make(chan struct{}), go_: make(chan struct{})}
+	f := newFixtureSyncing(t, index.New(), syncer, wsapi.Options{})
+	ctx := context.Background()
+	c := f.dial(t, "/work?worker=w1")
+	for i := range 200 {
+		task, err := f.svc.Post(ctx, f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.WriteMessage(websocket.TextMessage, []byte(fmt.Sprintf(`{"type":"claim","ref":%d}`, i))); err != nil {
+			t.Fatal(err)
+		}
+		<-syncer.arrived // claimed and watched, not yet answered
+		if out, err := f.svc.Cancel(ctx, f.q, task.ID, app.Canceller{Manage: true}); err != nil || !out.Accepted {
+			t.Fatalf("cancel: %+v %v", out, err)
+		}
+		syncer.go_ <- struct{}{}
+		first, second := read(t, c), read(t, c)
+		if !strings.Contains(first, `"type":"task"`) || second != `{"type":"cancelled","id":"`+task.ID+`"}` {
+			t.Fatalf("round %d: the socket got %s then %s, want the task then its cancel", i, first, second)
+		}
 	}
 }
