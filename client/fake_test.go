@@ -45,6 +45,9 @@ type fakeQueue struct {
 	failures    map[string]json.RawMessage // the reason of each failed task
 	deadLetters map[string]bool            // failed after maxAttempts
 	handedIn    map[string]int             // results, failures and releases per task
+	// busyClaims answers that many claims, the first ones, with the error
+	// too_many_waiting, as a server with all its claim places taken does.
+	busyClaims int
 	// cancelOnClaim cancels each task right after handing it out, so the
 	// cancelled message follows the task on the socket.
 	cancelOnClaim bool
@@ -245,6 +248,11 @@ func (f *fakeQueue) handle(c *fakeConn, m fakeMsg) {
 	}
 	switch m.Type {
 	case "claim":
+		if f.busyClaims > 0 {
+			f.busyClaims--
+			c.send(map[string]any{"type": "error", "ref": ref, "error": "too_many_waiting", "message": "too many claims are waiting"})
+			return
+		}
 		f.claims = append(f.claims, fakeClaim{c, ref})
 		f.dispatch()
 	case "progress":

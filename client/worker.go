@@ -348,6 +348,7 @@ func (r *run) take() bool {
 // the server could hand back a task the drop re-queued before its result
 // arrives.
 func (r *run) claim(after []*handing) (*Task, bool) {
+	var wait *backoff // after a passing refusal
 	for {
 		s := r.link.wait(r.ctx, r.w.drain)
 		if s == nil {
@@ -376,14 +377,35 @@ func (r *run) claim(after []*handing) (*Task, bool) {
 			return t, true
 		case err == nil:
 			r.log.Warn("unexpected answer to a claim; claiming again", "type", reply.Type)
-		case errors.As(err, &refused):
-			// An invalid query (or too many claims) stays so: stop.
+		case errors.As(err, &refused) && lastingRefusal(refused.Code):
 			r.fail(fmt.Errorf("claim from %s: %w", r.w.Queue, err))
 			return nil, false
+		case errors.As(err, &refused):
+			// Say, too many claims waiting on the server (503
+			// too_many_waiting), or its store failing: claim again later.
+			if wait == nil {
+				wait = newBackoff(orDefault(r.w.MinBackoff, 250*time.Millisecond), orDefault(r.w.MaxBackoff, 30*time.Second))
+			}
+			d := wait.next()
+			r.log.Warn("claim refused; claiming again later", "error", err, "in", d)
+			if !sleep(r.ctx, d) {
+				return nil, false
+			}
 		}
 		// The socket dropped (the next one gets a new claim), or the worker
 		// is stopping (the next wait says so).
 	}
+}
+
+// lastingRefusal reports whether a claim refused with code would be
+// refused again however long the Worker waited: its query is invalid, or
+// it asks for more claims than a socket may have. Run stops on those.
+func lastingRefusal(code string) bool {
+	switch code {
+	case "invalid_query", "invalid_request", "invalid_json", "too_many_claims":
+		return true
+	}
+	return false
 }
 
 // handle runs the handler, with heartbeats, and returns what is left to
@@ -430,7 +452,7 @@ func (r *run) handle(t *Task) (finish func(written func(*session))) {
 			o.Err = err
 		} else {
 			o.Sent = m.Type
-			o.Ack, o.Err = r.send(m, written)
+			o.Ack, o.Err = r.send(m, claimedOn(t), written)
 		}
 		tell(o)
 	}
@@ -500,12 +522,21 @@ func asFailure(err error) (Failure, bool) {
 // send hands in a result, release or failure over the current socket,
 // waiting for the next one if it drops first. (If it drops after the
 // server stored it but before the ack, the retry is answered accepted
-// false; a release on a new socket is, too: the drop re-queued the task.)
-func (r *run) send(m message, written func(*session)) (Ack, error) {
+// false.) A release goes only over on, the socket the task was claimed on:
+// once that has dropped, the server has re-queued the task itself (SPEC
+// §4), and on a newer socket the release could give back a newer claim of
+// the task by this Worker (another slot took it once it was re-queued),
+// which passes for the lease holder. It is answered not accepted, with no
+// status.
+func (r *run) send(m message, on *session, written func(*session)) (Ack, error) {
 	for {
 		s := r.link.wait(r.ctx, nil)
 		if s == nil {
 			return Ack{}, fmt.Errorf("hand in the %s: %w", m.Type, r.ctx.Err())
+		}
+		if m.Type == "release" && on != nil && s != on {
+			r.log.Info("the socket the task was claimed on dropped, which gave it back; its release is not sent", "task", m.ID)
+			return Ack{}, nil
 		}
 		reply, err := s.request(r.ctx, m, nil, func() { written(s) })
 		switch {
@@ -719,6 +750,14 @@ func (l *link) wait(ctx context.Context, stop <-chan struct{}) *session {
 
 // socketReporter reports progress over the socket the task was claimed on.
 type socketReporter struct{ s *session }
+
+// claimedOn is the socket t was claimed on, nil if none.
+func claimedOn(t *Task) *session {
+	if r, ok := t.report.(socketReporter); ok {
+		return r.s
+	}
+	return nil
+}
 
 func (r socketReporter) progress(ctx context.Context, id string, value json.RawMessage) (Ack, error) {
 	reply, err := r.s.request(ctx, message{Type: "progress", ID: id, Progress: value}, nil, nil)

@@ -380,3 +380,80 @@ func TestWorkerTellsOutcomesOneAtATime(t *testing.T) {
 		t.Errorf("OnOutcome ran beside itself %d times, want one call at a time", overlaps.Load())
 	}
 }
+
+// TestWorkerSendsNoReleaseOverANewerSocket: a handler gives its task back
+// after the socket it was claimed on dropped. The drop re-queued the task
+// and another slot has it now, on the new socket, as the same worker: a
+// release sent there would give back that newer claim.
+func TestWorkerSendsNoReleaseOverANewerSocket(t *testing.T) {
+	f := newFakeQueue(t)
+	started := make(chan int, 4)
+	giveBack := make(chan struct{})
+	var mu sync.Mutex
+	calls := 0
+	w := &client.Worker{
+		Client: client.New(f.srv.URL), Queue: "q", Concurrency: 2,
+		MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond,
+		Handler: func(ctx context.Context, task *client.Task) (any, error) {
+			mu.Lock()
+			calls++
+			n := calls
+			mu.Unlock()
+			started <- n
+			if n == 1 {
+				<-giveBack
+				return nil, client.Release{}
+			}
+			<-giveBack
+			return "done", nil
+		},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wait := startWorker(t, ctx, w)
+
+	id := f.add(1)[0]
+	if n := <-started; n != 1 {
+		t.Fatalf("handler call %d, want 1", n)
+	}
+	f.dropAll() // the fake re-queues the task; the other slot takes it on the new socket
+	if n := <-started; n != 2 {
+		t.Fatalf("handler call %d, want 2", n)
+	}
+	close(giveBack) // the first call gives back, the second finishes
+	if got := waitFinished(t, f, 1); got[0] != id {
+		t.Fatalf("finished %s, want %s", got[0], id)
+	}
+	f.mu.Lock()
+	releases := len(f.releases[id])
+	f.mu.Unlock()
+	if releases != 0 || string(f.result(id)) != `"done"` {
+		t.Errorf("%d releases applied, result %s: the release of the dropped claim reached the newer one", releases, f.result(id))
+	}
+	cancel()
+	_ = wait()
+}
+
+// TestWorkerClaimsAgainAfterABusyServer: a claim refused because too many
+// claims wait on the server (503 too_many_waiting) passes; the Worker
+// claims again later rather than stop.
+func TestWorkerClaimsAgainAfterABusyServer(t *testing.T) {
+	f := newFakeQueue(t)
+	f.busyClaims = 3
+	w := &client.Worker{
+		Client: client.New(f.srv.URL), Queue: "q",
+		MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond,
+		Handler: func(ctx context.Context, task *client.Task) (any, error) { return "done", nil },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wait := startWorker(t, ctx, w)
+	id := f.add(1)[0]
+	if got := waitFinished(t, f, 1); got[0] != id {
+		t.Fatalf("finished %s, want %s", got[0], id)
+	}
+	cancel()
+	if err := wait(); !errors.Is(err, context.Canceled) {
+		t.Errorf("Run = %v, want context.Canceled", err)
+	}
+}
