@@ -242,7 +242,12 @@ func (s *Service) claimOne(ctx context.Context, q *domain.Queue, worker string, 
 		// or a re-queue made this task pending must not be stamped before
 		// that change (the start-up repair reads a line older than the
 		// task's last change as cut).
+		//
+		// A store may apply fn to more than one task in one call (the
+		// PostgreSQL store's guess from its stock, then a locked read): only
+		// the last refusal counts, and none once a task is claimed.
 		var err error
+		spent = ""
 		if *t, ev, err = t.ClaimUnder(worker, q.Settings, s.clock.Now()); errors.Is(err, domain.ErrAttemptsSpent) {
 			spent = t.ID
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -345,5 +346,61 @@ func TestAClaimWokenByAPostArrivesAtItsFlush(t *testing.T) {
 	slices.Sort(got[1:])
 	if want := []string{"expect", "arrive", "sync"}; !slices.Equal(got, want) {
 		t.Fatalf("syncer calls %v, want expect first, then the post's sync and the claim's arrival", s.calls)
+	}
+}
+
+// secondLook is a store that, as the PostgreSQL store's claim from its
+// stock may, first offers fn a stale copy of a task whose attempts are
+// spent, then claims for real: fn refuses the copy and claims the task
+// the store settles on.
+type secondLook struct {
+	ports.TaskRepository
+	stale domain.Task
+}
+
+func (r *secondLook) ClaimNext(ctx context.Context, q domain.QueueRef, m ports.Matcher, now time.Time, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+	copied := r.stale
+	if err := fn(&copied); !errors.Is(err, domain.ErrAttemptsSpent) {
+		return domain.Task{}, fmt.Errorf("the stale copy: %v, want it refused as spent", err)
+	}
+	return r.TaskRepository.ClaimNext(ctx, q, m, now, fn, then)
+}
+
+// TestAClaimKeepsTheTaskItsStoreSettledOn: a refusal of a task the store
+// then passes by must not make the claim drop the task it did store: that
+// one is processing, its attempt counted, and would reach no worker.
+func TestAClaimKeepsTheTaskItsStoreSettledOn(t *testing.T) {
+	s := domain.DefaultSettings()
+	s.MaxAttempts = 1
+	f := newFixture(t, s)
+	spent := f.post(t, `{"url":"spent"}`)
+	spent.Attempts = 1 // as a stale copy might say
+	repo := &secondLook{TaskRepository: f.repo, stale: spent}
+	svc := app.New(app.Deps{Repo: repo, Syncer: f.sync, Log: f.log, Notifier: notify.NewHub(), Clock: f.clock, Compiler: schema.Compiler{}})
+	type claimed struct {
+		t   domain.Task
+		err error
+	}
+	done := make(chan claimed, 1)
+	go func() { // a claim that drops its task claims on for ever
+		got, err := svc.Claim(context.Background(), f.q, "w", nil, 0)
+		done <- claimed{got, err}
+	}()
+	var got domain.Task
+	select {
+	case c := <-done:
+		if c.err != nil {
+			t.Fatal(c.err)
+		}
+		got = c.t
+	case <-time.After(10 * time.Second):
+		t.Fatal("the claim did not return: it dropped the task its store claimed")
+	}
+	stored, _ := f.svc.Get(context.Background(), f.q, got.ID)
+	if got.ID != spent.ID || stored.Status != domain.Processing || stored.Attempts != 1 {
+		t.Errorf("claimed %s (stored %s, attempts %d), want %s, the task the store claimed", got.ID, stored.Status, stored.Attempts, spent.ID)
+	}
+	if n := f.repo.Counts(f.q.Ref()); n.Processing != 1 || n.Done != 0 {
+		t.Errorf("after the claim: %+v", n)
 	}
 }

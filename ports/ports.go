@@ -101,7 +101,11 @@ type TaskRepository interface {
 	// whose item m matches (nil m matches all). Claim order is the highest
 	// priority first, then the earliest EligibleAt, then the id; without
 	// priorities and delays, oldest posted first. It returns
-	// domain.ErrNotFound when no such task is there.
+	// domain.ErrNotFound when no such task is there. A store may apply fn
+	// to more than one task in one call (the PostgreSQL store tries its
+	// guess from a stale copy, then looks again, past rows others lock): a
+	// refusal of one it then passes by is not returned, and only the task
+	// it returns was stored.
 	ClaimNext(ctx context.Context, q domain.QueueRef, m Matcher, now time.Time, fn func(*domain.Task) error, then Then) (domain.Task, error)
 	// Due makes claimable the pending tasks of q whose notBefore has come
 	// by now, and reports how many became so since the last call (made so
