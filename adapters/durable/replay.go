@@ -85,9 +85,10 @@ func (j *journal) sameRoot(lapRoot string, i int) bool {
 
 // apply makes the disc agree with one record (whose root replay checked),
 // reporting whether it had to change anything. A record whose path would
-// leave its root is refused.
+// leave its root, or name the root itself (whose temp file would go beside
+// it, outside), is refused before anything is written.
 func (j *journal) apply(r record) (bool, error) {
-	if !filepath.IsLocal(r.Path) {
+	if !filepath.IsLocal(r.Path) || filepath.Clean(r.Path) == "." {
 		return false, fmt.Errorf("record for %q in root %d: not a path the journal covers", r.Path, r.Root)
 	}
 	path := filepath.Join(j.roots[r.Root], r.Path)
