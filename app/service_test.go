@@ -520,6 +520,28 @@ func TestLogFailureIsNotAcknowledged(t *testing.T) {
 	}
 }
 
+// TestABatchCutOffMidwayLeavesNothing: a client that goes while its batch
+// is being stored gets no task of it, though its context has ended by the
+// time the stored ones are taken back.
+func TestABatchCutOffMidwayLeavesNothing(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	ctx, cancel := context.WithCancel(context.Background())
+	appends := 0
+	f.log.BeforeAppend(func() {
+		if appends++; appends == 2 {
+			cancel() // the client goes
+			f.log.Fail(context.Canceled)
+		}
+	})
+	items := [][]byte{[]byte(`{"url":"a"}`), []byte(`{"url":"b"}`), []byte(`{"url":"c"}`)}
+	if _, err := f.svc.PostBatch(ctx, f.q, "", items, app.PostOptions{}); err == nil {
+		t.Fatal("a batch cut off midway succeeded")
+	}
+	if n := f.repo.Counts(f.q.Ref()); n != (ports.Counts{}) {
+		t.Errorf("a batch cut off midway left tasks: %+v", n)
+	}
+}
+
 // TestABatchWhoseLogFailsIsTakenBackDurably: a batch stores its tasks one
 // by one; when a later one's event line fails, the ones stored are deleted
 // (all or nothing) and the deletions flushed before the 503.

@@ -172,16 +172,18 @@ func (s *Service) create(ctx context.Context, q *domain.Queue, user string, item
 // takeBack deletes tasks stored for a post that is answered with an error,
 // and flushes the deletions before the answer: another caller's commit may
 // have made a task's write durable already, and a power loss after the
-// answer must not bring it back beside the client's retry. It does its
-// best; a failing store fails the answer anyway.
+// answer must not bring it back beside the client's retry. It runs to its
+// end even if the client has gone (its retry may come), and does its best:
+// a failing store fails the answer anyway.
 func (s *Service) takeBack(ctx context.Context, tasks ...domain.Task) {
 	if len(tasks) == 0 {
 		return
 	}
+	ctx = context.WithoutCancel(ctx)
 	for _, t := range tasks {
 		_ = s.repo.Delete(ctx, domain.KeyOf(t), nil, nil)
 	}
-	_ = s.syncer.Sync(context.WithoutCancel(ctx))
+	_ = s.syncer.Sync(ctx)
 }
 
 // Status returns the producer's view of a task. The first read of a terminal

@@ -83,7 +83,8 @@ type Worker struct {
 	// OnDone, task outcomes. nil discards them.
 	Logger *slog.Logger
 	// MinBackoff and MaxBackoff bound the wait between reconnection
-	// attempts: 250 ms and 30 s by default.
+	// attempts, and between claims the server refused for now (say, 503
+	// too_many_waiting): 250 ms and 30 s by default.
 	MinBackoff, MaxBackoff time.Duration
 
 	init   sync.Once
@@ -388,9 +389,13 @@ func (r *run) claim(after []*handing) (*Task, bool) {
 			}
 			d := wait.next()
 			r.log.Warn("claim refused; claiming again later", "error", err, "in", d)
-			if !sleep(r.ctx, d) {
-				return nil, false
+			timer := time.NewTimer(d)
+			select { // a Drain ends the wait: the next link.wait says so
+			case <-timer.C:
+			case <-r.w.drain:
+			case <-r.ctx.Done():
 			}
+			timer.Stop()
 		}
 		// The socket dropped (the next one gets a new claim), or the worker
 		// is stopping (the next wait says so).

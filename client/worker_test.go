@@ -457,3 +457,29 @@ func TestWorkerClaimsAgainAfterABusyServer(t *testing.T) {
 		t.Errorf("Run = %v, want context.Canceled", err)
 	}
 }
+
+// TestWorkerDrainEndsTheWaitAfterABusyServer: a Worker waiting to claim
+// again after a refusal stops waiting when drained.
+func TestWorkerDrainEndsTheWaitAfterABusyServer(t *testing.T) {
+	f := newFakeQueue(t)
+	f.busyClaims = 1
+	w := &client.Worker{
+		Client: client.New(f.srv.URL), Queue: "q",
+		MinBackoff: time.Hour, MaxBackoff: time.Hour,
+		Handler: func(ctx context.Context, task *client.Task) (any, error) { return "done", nil },
+	}
+	wait := startWorker(t, context.Background(), w)
+	for { // until the claim was refused
+		f.mu.Lock()
+		refused := f.busyClaims == 0
+		f.mu.Unlock()
+		if refused {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	w.Drain()
+	if err := wait(); err != nil { // within testTimeout, not the hour's wait
+		t.Errorf("Run after Drain = %v", err)
+	}
+}

@@ -167,6 +167,12 @@ func HolderOf(t Task) Holder {
 	return h
 }
 
+// Equal reports whether h and o name the same holder and claim (notBefore
+// compared by value).
+func (h Holder) Equal(o Holder) bool {
+	return h.Worker == o.Worker && h.Attempt == o.Attempt && samePtr(h.NotBefore, o.NotBefore)
+}
+
 // Names reports whether h's claim is the one whose number t carries
 // (attempts and notBefore), whatever t's status: a claim h names that
 // ended (finished, failed, re-queued) leaves them in place.

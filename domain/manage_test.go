@@ -141,7 +141,7 @@ func TestHeldBy(t *testing.T) {
 func TestAClaimBeforeARetryHoldsNoLaterClaim(t *testing.T) {
 	first := mustClaim(t, mustPost(t), "box-1", at(time.Second))
 	old := HolderOf(first)
-	if old != (Holder{Worker: "box-1", Attempt: 1}) || first.HeldBy(old) != nil {
+	if !old.Equal(Holder{Worker: "box-1", Attempt: 1}) || first.HeldBy(old) != nil {
 		t.Fatalf("HolderOf(first claim) = %+v, held: %v", old, first.HeldBy(old))
 	}
 	failed, _, err := first.Fail("box-2", nil, at(2*time.Second))
@@ -167,5 +167,8 @@ func TestAClaimBeforeARetryHoldsNoLaterClaim(t *testing.T) {
 	}
 	if err := second.HeldBy(HolderOf(second)); err != nil {
 		t.Errorf("the claim after the retry does not hold itself: %v", err)
+	}
+	if old.Equal(HolderOf(second)) || !HolderOf(second).Equal(HolderOf(second)) {
+		t.Error("Equal does not tell the claims apart by notBefore's value")
 	}
 }

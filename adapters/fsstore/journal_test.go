@@ -615,7 +615,8 @@ func (h *removeHook) Remove(path string) {
 // D's removal; the power going then leaves D's name on Z's data (the write
 // in place reached the disc, the renames did not), and the start-up scan
 // would report the finished D corrupt. Recorded first, the removal is in
-// every commit of a write into that file.
+// every commit of a write into that file: the test checks the order, and
+// what the power loss leaves.
 func TestARemovedFileIsNotReusedBeforeItsRemovalIsRecorded(t *testing.T) {
 	dir, logs := t.TempDir(), t.TempDir()
 	boots := 0
@@ -664,6 +665,9 @@ func TestARemovedFileIsNotReusedBeforeItsRemovalIsRecorded(t *testing.T) {
 
 	var claimed string
 	hooked.hook = func() {
+		if _, err := os.Stat(doneD); err != nil {
+			t.Errorf("D's file was set aside before its removal was recorded: %v", err)
+		}
 		if _, err := s.ClaimNext(ctx, ref, nil, epoch, claimBy("box-2", epoch), nil); err != nil {
 			t.Error(err)
 			return

@@ -220,11 +220,14 @@ func (w *worker) await(ref, query json.RawMessage, place *app.Place) {
 	t, watch, err := w.s.svc.ClaimWatched(w.ctx, w.q, w.name, query, app.WaitForever, place, cancelWatchBuffer)
 	switch {
 	case err == nil:
-		watchCancel := w.settle(&t, watch)
+		startWatch := w.settle(&t, watch)
+		if w.s.afterSettle != nil {
+			w.s.afterSettle()
+		}
 		w.sendBytes(encodeTask(ref, t.ID, t.Item, t.Attempts, t.Lease))
 		// Only now, so that a cancel the claim's watch already holds is
 		// told after the task it cancels, never before.
-		watchCancel()
+		startWatch()
 	case w.ctx.Err() != nil || errors.Is(err, domain.ErrNotFound):
 		w.settle(nil, nil) // the socket is gone, or the server is shutting down
 	default:
@@ -238,7 +241,7 @@ func (w *worker) await(ref, query json.RawMessage, place *app.Place) {
 // as soon as it reads the task never finds its slot still taken. The
 // returned function starts watching t for a cancel with watch; call it
 // once the task message is queued.
-func (w *worker) settle(t *domain.Task, watch *app.Watch) (watchCancel func()) {
+func (w *worker) settle(t *domain.Task, watch *app.Watch) (startWatch func()) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.waiting--
@@ -251,7 +254,7 @@ func (w *worker) settle(t *domain.Task, watch *app.Watch) (watchCancel func()) {
 // hold records that this socket holds task id under claim, and returns
 // what watches it for a cancel while it does, starting with watch, the
 // claim's own (see app.Service.ClaimWatched). The caller holds w.mu.
-func (w *worker) hold(id string, claim domain.Holder, watch *app.Watch) (watchCancel func()) {
+func (w *worker) hold(id string, claim domain.Holder, watch *app.Watch) (startWatch func()) {
 	if h, ok := w.held[id]; ok {
 		h.unwatch() // an older claim of the same task, given back and taken again
 	}
@@ -262,10 +265,9 @@ func (w *worker) hold(id string, claim domain.Holder, watch *app.Watch) (watchCa
 }
 
 // drop stops holding task id if this socket still holds it under claim,
-// the very holding's (its notBefore pointer included), not a later one's.
-// The caller holds w.mu.
+// not a later claim's. The caller holds w.mu.
 func (w *worker) drop(id string, claim domain.Holder) {
-	if h, ok := w.held[id]; ok && h.claim == claim {
+	if h, ok := w.held[id]; ok && h.claim.Equal(claim) {
 		h.unwatch()
 		delete(w.held, id)
 	}

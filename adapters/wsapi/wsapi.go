@@ -104,6 +104,10 @@ type Sockets struct {
 	// workers counts the upgraded worker sockets of each queue, for the
 	// dashboard and the metrics (an entry goes with the queue's last).
 	workers map[domain.QueueRef]int
+
+	// afterSettle, set by tests only (export_test.go), runs between a
+	// claim's settling and its task message.
+	afterSettle func()
 }
 
 // New builds the socket endpoints over the use cases.

@@ -308,7 +308,6 @@ func TestAClosingSocketLeavesAClaimMadeAfterARetry(t *testing.T) {
 	if out, err := f.svc.Fail(ctx, f.q, task.ID, "w9", nil); err != nil || !out.Accepted {
 		t.Fatalf("fail: %+v %v", out, err)
 	}
-	time.Sleep(2 * time.Millisecond) // the retry's notBefore: a later millisecond than the claim's
 	if _, err := f.svc.RetryTask(ctx, f.q, task.ID); err != nil {
 		t.Fatalf("retry: %v", err)
 	}
@@ -362,13 +361,15 @@ func (h *heldSyncer) Arrive(ctx context.Context) error {
 // TestACancelIsToldAfterTheTaskItCancels: a task cancelled while its claim
 // is being flushed reaches the worker first, then its cancel; a cancel for
 // a task it never saw would be dropped by the worker, which would then do
-// the work for nothing. The window is narrow, so it is tried many times.
+// the work for nothing. The socket pauses between the claim's settling and
+// its task message, time enough for a watch already running to speak.
 func TestACancelIsToldAfterTheTaskItCancels(t *testing.T) {
 	syncer := &heldSyncer{arrived: make(chan struct{}), go_: make(chan struct{})}
 	f := newFixtureSyncing(t, index.New(), syncer, wsapi.Options{})
+	f.sockets.AfterSettle(func() { time.Sleep(20 * time.Millisecond) })
 	ctx := context.Background()
 	c := f.dial(t, "/work?worker=w1")
-	for i := range 200 {
+	for i := range 3 {
 		task, err := f.svc.Post(ctx, f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
 		if err != nil {
 			t.Fatal(err)
