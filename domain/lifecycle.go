@@ -154,13 +154,9 @@ type Holder struct {
 	NotBefore *int64 // with Attempt: the task's notBefore when claimed
 }
 
-// HolderOf names the claim t is processing under (t must be processing),
-// with a notBefore of its own.
+// HolderOf names the claim t is processing under (t must be processing).
 func HolderOf(t Task) Holder {
-	h := Holder{Attempt: t.Attempts}
-	if t.NotBefore != nil {
-		h.NotBefore = ptr(*t.NotBefore)
-	}
+	h := Holder{Attempt: t.Attempts, NotBefore: t.NotBefore}
 	if t.Lease != nil {
 		h.Worker = t.Lease.Worker
 	}
