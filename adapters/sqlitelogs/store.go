@@ -113,7 +113,19 @@ type Store struct {
 // Open opens the store in dir for pulling, creating dir and the file if
 // needed.
 func Open(dir string) (*Store, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// The mirror holds what the server's payload archive holds (items,
+	// results, failures), which the server keeps in folders 0750 and files
+	// 0600: so does the mirror. SQLite gives the -wal and -shm files the
+	// mode of the database file, so the file is made here, before SQLite
+	// would make it with the umask's mode.
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("open task log store: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, File), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open task log store: %w", err)
+	}
+	if err := f.Close(); err != nil {
 		return nil, fmt.Errorf("open task log store: %w", err)
 	}
 	// BEGIN IMMEDIATE takes the write lock at the start of a transaction, so

@@ -197,6 +197,17 @@ func (p *Puller) pullDay(ctx context.Context, d tasklog.Day, run *pullRun) error
 			run.sum.GoneDays++ // pruned since it was listed: what we have, we keep
 			return nil
 		}
+		if offsetRefused(err) {
+			// The file is as long as the cursor again but has no line
+			// start there: it lost its end after it was pulled (a power
+			// loss took lines not flushed yet) and grew again, or it was
+			// replaced. As with a shorter file, its new lines would reuse
+			// keys of lines already stored; and failing here would stop
+			// every later day from being pulled, on every pull.
+			p.opts.Warn(fmt.Sprintf("day file %s has no line at offset %d, where the last pull ended: it was cut or replaced; not pulling it",
+				d.Day, cur.Offset))
+			return nil
+		}
 		if err != nil {
 			return err
 		}
@@ -361,4 +372,11 @@ func (p *Puller) Follow(ctx context.Context, every time.Duration, report func(Su
 		report(sum, err)
 		timer.Reset(every)
 	}
+}
+
+// offsetRefused reports whether the server refused the offset asked from
+// (SPEC §8's invalid_offset): not at a line start, or past the file's end.
+func offsetRefused(err error) bool {
+	var e *domain.Error
+	return errors.As(err, &e) && e.Code == domain.CodeInvalidOffset
 }

@@ -512,3 +512,40 @@ func TestPullSkipsALineThatIsNotAnEventLine(t *testing.T) {
 		t.Errorf("second pull did %s, want nothing", sum)
 	}
 }
+
+// TestPullGoesOnPastADayFileCutBelowItsCursor: a power loss can take the
+// unflushed end of a day file that a pull had already read; the file then
+// grows again, and the pulled offset is no longer where a line starts. The
+// server refuses that offset (invalid_offset). That day cannot be pulled
+// on (as a replaced file), but the other days must be: one cut file must
+// not stop every later pull.
+func TestPullGoesOnPastADayFileCutBelowItsCursor(t *testing.T) {
+	f, want := world()
+	s := mustStore(t)
+	var warnings []string
+	p := puller(f, s, logpull.Options{Warn: func(m string) { warnings = append(warnings, m) }})
+	mustPull(t, p)
+	pulled := int64(len(f.days["2026-07-26"]))
+
+	// The power loss keeps the first line; the server goes on writing.
+	file := f.days["2026-07-26"]
+	f.days["2026-07-26"] = file[:bytes.IndexByte(file, '\n')+1]
+	for i := 0; int64(len(f.days["2026-07-26"])) <= pulled; i++ {
+		f.appendLine("2026-07-26", "other.example.com", "resize", id(300+i), domain.EventPosted)
+	}
+	if f.days["2026-07-26"][pulled-1] == '\n' {
+		t.Fatal("the pulled offset starts a line again; the case does not cut")
+	}
+	want = append(want, f.appendLine("2026-07-27", host, "resize", id(90), domain.EventPosted))
+
+	sum, err := p.Pull(context.Background())
+	if err != nil {
+		t.Fatalf("pull after the cut: %v (did %s)", err, sum)
+	}
+	if diff := cmp.Diff(want, stored(t, s)); diff != "" {
+		t.Errorf("mirror (-want +got):\n%s", diff)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "2026-07-26") {
+		t.Errorf("warnings %q, want one about 2026-07-26", warnings)
+	}
+}

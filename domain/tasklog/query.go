@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/taskhoster/taskhoster/domain"
 )
@@ -39,8 +40,8 @@ func (f Filter) Validate() error {
 		return invalid("event %q is not an event name", f.Event)
 	case f.Error != "" && !validWord(f.Error):
 		return invalid("error %q is not an error code", f.Error)
-	case len(strings.TrimSuffix(f.Worker, "*")) > maxWorker:
-		return invalid("worker name is longer than %d bytes", maxWorker)
+	case utf8.RuneCountInString(strings.TrimSuffix(f.Worker, "*")) > maxWorker:
+		return invalid("worker name is longer than %d characters", maxWorker)
 	case !f.From.IsZero() && !f.To.IsZero() && !f.From.Before(f.To):
 		return invalid("the time range is empty: from %s is not before to %s",
 			f.From.UTC().Format(time.RFC3339), f.To.UTC().Format(time.RFC3339))

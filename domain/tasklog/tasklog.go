@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/taskhoster/taskhoster/domain"
 )
@@ -81,7 +82,11 @@ type wireLine struct {
 	Archived []string `json:"archived"`
 }
 
-// maxWorker bounds a worker name, as the server does (ARCHITECTURE.md).
+// maxWorker bounds a worker name, as the server does (ARCHITECTURE.md), in
+// characters: the server counts the bytes of the name it was given, but a
+// name from a socket's ?worker= may hold bytes that are not UTF-8, which
+// the line carries as "\ufffd", three bytes once read back. Each byte the
+// server counted is at most one character here.
 const maxWorker = 200
 
 // ParseLine reads one event line. The names that will end up in URLs and
@@ -105,8 +110,8 @@ func ParseLine(raw []byte) (Line, error) {
 		return Line{}, fmt.Errorf("event line has a bad task id %q", w.ID)
 	case !validWord(w.Event):
 		return Line{}, fmt.Errorf("event line has a bad event %q", w.Event)
-	case w.Worker != nil && len(*w.Worker) > maxWorker:
-		return Line{}, errors.New("event line has a worker name over 200 bytes")
+	case w.Worker != nil && utf8.RuneCountInString(*w.Worker) > maxWorker:
+		return Line{}, errors.New("event line has a worker name over 200 characters")
 	}
 	l := Line{
 		T:        *w.T,

@@ -1,6 +1,7 @@
 package tasklog_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -206,5 +207,28 @@ func TestParseLineReadsTheFailureModel(t *testing.T) {
 	}
 	if err := (tasklog.Filter{Error: "attempts", Event: domain.EventReleased}).Validate(); err != nil {
 		t.Errorf("a filter by error and event: %v", err)
+	}
+}
+
+// TestParseLineKeepsAWorkerNameThatWasNotUTF8: the server takes a socket's
+// ?worker= of up to 200 bytes as they come, and writes a byte that is not
+// UTF-8 as "\ufffd", which reads back as three bytes. Such a worker's lines
+// are event lines all the same, and can be filtered by: otherwise a worker
+// could keep its claims and results out of the mirror by its name.
+func TestParseLineKeepsAWorkerNameThatWasNotUTF8(t *testing.T) {
+	worker := strings.Repeat(`\ufffd`, 200) // 200 bytes 0xff, as the server writes them
+	line := `{"t":1,"host":"h.example","queue":"q","id":"0123456789abcdef","event":"claimed","status":"processing","attempts":1,"worker":"` + worker + `"}`
+	l, err := tasklog.ParseLine([]byte(line))
+	if err != nil {
+		t.Fatalf("ParseLine: %v", err)
+	}
+	if want := strings.Repeat("\ufffd", 200); l.Worker != want {
+		t.Errorf("worker %q, want %q", l.Worker, want)
+	}
+	if err := (tasklog.Filter{Worker: l.Worker}).Validate(); err != nil {
+		t.Errorf("a filter by that worker: %v", err)
+	}
+	if _, err := tasklog.ParseLine([]byte(strings.Replace(line, worker, strings.Repeat("x", 201), 1))); err == nil {
+		t.Error("ParseLine took a worker name of 201 characters")
 	}
 }
