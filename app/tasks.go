@@ -55,7 +55,7 @@ func (s *Service) Post(ctx context.Context, q *domain.Queue, user string, item [
 		if err != nil {
 			return domain.Task{}, fmt.Errorf("post to %s/%s: %w", q.Host, q.Name, err)
 		}
-		if !bytes.Equal(first.Item, item) {
+		if !sameItem(first.Item, item) {
 			return domain.Task{}, domain.E(domain.KindConflict, domain.CodeIdempotencyConflict,
 				"task %s was posted with this idempotency key and another item", first.ID)
 		}
@@ -66,6 +66,18 @@ func (s *Service) Post(ctx context.Context, q *domain.Queue, user string, item [
 		}
 		return first, ErrPostedBefore
 	}
+}
+
+// sameItem reports whether a stored item and a post's (compacted) item are
+// the same text. The store keeps a record as json.Marshal writes it, which
+// escapes "<", ">", "&", U+2028 and U+2029 in an item's strings (a URL's
+// query string has an "&"), so the post's item is compared escaped the same
+// way: otherwise a replay of such a post would be refused as another item.
+func sameItem(stored, posted json.RawMessage) bool {
+	var a, b bytes.Buffer
+	json.HTMLEscape(&a, stored)
+	json.HTMLEscape(&b, posted)
+	return bytes.Equal(a.Bytes(), b.Bytes())
 }
 
 // PostBatch posts every item of items, or none: each is checked against the

@@ -19,8 +19,12 @@ import (
 // and its text is not sent.
 func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var e *domain.Error
-	if !errors.As(err, &e) && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-		return // the client went away; nobody is listening
+	if !errors.As(err, &e) && r.Context().Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		// The client went away; nobody is listening. Asked of the request,
+		// not only of err: a deadline of the server's own (a store's
+		// timeout) with the client still there is an internal error, and
+		// answering nothing would send it an empty 200.
+		return
 	}
 	reply := httperr.Of(err)
 	if reply.ServerFault() {

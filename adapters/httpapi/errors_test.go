@@ -1,8 +1,10 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/taskhoster/taskhoster/adapters/httpapi"
 	"github.com/taskhoster/taskhoster/adapters/notify"
+	"github.com/taskhoster/taskhoster/app"
 )
 
 // goWords are what a message must never say: Go's names for things.
@@ -181,4 +184,21 @@ func TestHealthFailsOnceWritesHaveStopped(t *testing.T) {
 	if msg, _ := body["message"].(string); strings.Contains(msg, "/srv") {
 		t.Errorf("/_health tells a client the cause: %q", msg)
 	}
+}
+
+// timedOutSync fails every flush as a store does whose own deadline passed
+// (the PostgreSQL store's batches run under a minute's timeout).
+type timedOutSync struct{}
+
+func (timedOutSync) Sync(context.Context) error {
+	return fmt.Errorf("commit: %w", context.DeadlineExceeded)
+}
+
+// TestADeadlineOfTheServersOwnIsNoSilentSuccess: a use case failing with a
+// context error of its own, while the client is still there, is answered
+// 500 internal; only a request whose client has gone is left unanswered.
+func TestADeadlineOfTheServersOwnIsNoSilentSuccess(t *testing.T) {
+	api, _ := newAPIDeps(t, httpapi.Options{}, func(d *app.Deps) { d.Syncer = timedOutSync{} })
+	code, m := call(t, api, "POST", "/open", "", `{}`)
+	wantError(t, "a post whose flush timed out", code, m, 500, "internal")
 }

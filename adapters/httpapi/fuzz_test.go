@@ -69,6 +69,13 @@ func newAPIWith(tb testing.TB, n ports.Notifier) (*httpapi.API, *index.Store) {
 // newAPIOptions is newAPIWith with the given options.
 func newAPIOptions(tb testing.TB, n ports.Notifier, opt httpapi.Options) (*httpapi.API, *index.Store) {
 	tb.Helper()
+	return newAPIDeps(tb, opt, func(d *app.Deps) { d.Notifier = n })
+}
+
+// newAPIDeps is newAPI with the given options, its use cases' Deps as
+// change leaves them.
+func newAPIDeps(tb testing.TB, opt httpapi.Options, change func(*app.Deps)) (*httpapi.API, *index.Store) {
+	tb.Helper()
 	dir := tb.TempDir()
 	files := map[string]string{
 		"taskhoster-users/alice.json": `{"name":"alice","token":"` + aliceToken + `"}`,
@@ -98,11 +105,12 @@ func newAPIOptions(tb testing.TB, n ports.Notifier, opt httpapi.Options) (*httpa
 		tb.Fatalf("fixture hosts folder: %v", problems)
 	}
 	repo := index.New()
-	svc := app.New(app.Deps{
-		Repo: repo, Syncer: nopSync{}, Log: nopLog{}, Notifier: n,
+	deps := app.Deps{
+		Repo: repo, Syncer: nopSync{}, Log: nopLog{}, Notifier: notify.NewHub(),
 		Clock: clock.System{}, Compiler: schema.Compiler{}, Pauses: &memPauses{},
-	})
-	return httpapi.New(svc, config, opt), repo
+	}
+	change(&deps)
+	return httpapi.New(app.New(deps), config, opt), repo
 }
 
 // FuzzRequest sends arbitrary methods, paths, tokens and bodies. Whatever

@@ -319,3 +319,25 @@ func TestURLTokenOnlyOnWebSocketUpgrades(t *testing.T) {
 		}
 	}
 }
+
+// TestIdempotentReplayOfAnItemWithHTMLCharacters: a replay of a post whose
+// item holds "&", "<" or ">" (a URL with a query string) is the same post,
+// answered 200 with the first task, though the store keeps the item as
+// json.Marshal writes it (\u0026 and the like).
+func TestIdempotentReplayOfAnItemWithHTMLCharacters(t *testing.T) {
+	api, repo := newAPI(t)
+	item := `{"url":"https://ex.com/a.png?w=1&h=2","note":"<b>` + "\u2028" + `"}`
+	code, first := call(t, api, "POST", "/open", "", item, "Idempotency-Key", "k1")
+	if code != http.StatusCreated {
+		t.Fatalf("first post: %d %v", code, first)
+	}
+	code, again := call(t, api, "POST", "/open", "", item, "Idempotency-Key", "k1")
+	if code != http.StatusOK || again["id"] != first["id"] {
+		t.Errorf("replay: %d %v, want 200 with id %v", code, again, first["id"])
+	}
+	code, m := call(t, api, "POST", "/open", "", `{"url":"https://ex.com/a.png?w=1&h=3"}`, "Idempotency-Key", "k1")
+	wantError(t, "another item with the key", code, m, 409, "idempotency_conflict")
+	if n := total(repo)[1].Pending; n != 1 {
+		t.Errorf("%d tasks pending, want 1", n)
+	}
+}
