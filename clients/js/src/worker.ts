@@ -129,7 +129,10 @@ export interface WorkerOptions<Item> {
   onOutcome?: (o: Outcome<Item>) => void;
   /** Receives connection trouble and, without onOutcome, task outcomes. Default: nothing is logged. */
   logger?: Logger;
-  /** Bounds of the wait between reconnection attempts: 250 ms and 30 s by default. */
+  /**
+   * Bounds of the wait between reconnection attempts, and between claims the
+   * server refused for now (503 too_many_waiting, say): 250 ms and 30 s by default.
+   */
   minBackoffMs?: number;
   maxBackoffMs?: number;
 }
@@ -254,6 +257,7 @@ class Run<Item> {
   /** Keeps one claim open, across reconnections, until a task arrives; undefined when the worker stops first. */
   async #claim(): Promise<{ task: Task<Item>; session: Session } | undefined> {
     const query = this.o.query;
+    let wait: Backoff | undefined; // after a passing refusal
     for (;;) {
       const s = await this.#link.wait([this.hard.signal, this.drain]);
       if (!s) return undefined;
@@ -265,10 +269,20 @@ class Run<Item> {
         if (reply.type === "task") return { task: new Task<Item>(this.o.queue, reply, s), session: s };
         this.log.warn?.("unexpected answer to a claim; claiming again", { type: reply.type });
       } catch (err) {
-        if (err instanceof TaskhosterError) {
+        if (err instanceof TaskhosterError && lastingRefusal(err.code)) {
           // An invalid query (or too many claims) stays so: stop.
           this.fail(new Error(`claim from ${this.o.queue}: ${err.message}`, { cause: err }));
           return undefined;
+        }
+        if (err instanceof TaskhosterError) {
+          // Say, too many claims waiting on the server (503
+          // too_many_waiting), or its store failing (storage_unavailable):
+          // passing trouble, as the Go client's Worker takes it. Claim
+          // again later; a drain or a hard stop ends the wait.
+          wait ??= new Backoff(this.o.minBackoffMs ?? 250, this.o.maxBackoffMs ?? 30_000);
+          const d = wait.next();
+          this.log.warn?.("claim refused; claiming again later", { code: err.code, error: err.message, inMs: Math.round(d) });
+          await sleep(d, AbortSignal.any([this.hard.signal, this.drain]));
         }
         // The socket dropped (the next one gets a new claim), or the worker
         // is stopping (the next wait says so).
@@ -478,6 +492,15 @@ export function beatEvery(until: number, now: number): number {
   const left = until - now;
   if (left <= 0) return 1000;
   return Math.max(left / 3, minBeatMs);
+}
+
+/**
+ * Whether a claim refused with code would be refused again however long the
+ * Worker waited: its query is invalid, or it asks for more claims than a
+ * socket may have. run() stops on those (as the Go client's lastingRefusal).
+ */
+function lastingRefusal(code: string): boolean {
+  return code === "invalid_query" || code === "invalid_request" || code === "invalid_json" || code === "too_many_claims";
 }
 
 /** A refused handshake that will be refused again: any 4xx but a timeout or rate limit. */

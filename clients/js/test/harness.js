@@ -53,13 +53,13 @@ export function newDirs(t, hostsDir) {
 /**
  * Runs `taskhoster serve` on dirs and resolves once it listens; addr
  * "127.0.0.1:0" picks a free port, the listening log line says which.
- * The server is killed when the test ends.
+ * extra are more flags for serve. The server is killed when the test ends.
  */
-export async function start(t, dirs, addr = "127.0.0.1:0") {
+export async function start(t, dirs, addr = "127.0.0.1:0", extra = []) {
   const child = spawn(
     binary(),
     ["serve", "--hosts", dirs.hosts, "--items", dirs.items, "--logs", dirs.logs,
-      "--addr", addr, "--admin-addr", "127.0.0.1:0", "--sweep", "100ms", "--sync", "none"],
+      "--addr", addr, "--admin-addr", "127.0.0.1:0", "--sweep", "100ms", "--sync", "none", ...extra],
     { stdio: ["ignore", "ignore", "pipe"] },
   );
   const exited = new Promise((resolve) => child.once("exit", resolve));

@@ -225,3 +225,50 @@ test("a worker reconnects after the server restarts and hands in a result it was
     assert.deepEqual(view.result, { n });
   }
 });
+
+test("a claim refused for now (503 too_many_waiting) is claimed again later, and the worker goes on", async (t) => {
+  // One waiting place on the whole server: of the worker's two claims, the
+  // second is refused while the first waits for a task.
+  const server = await start(t, newDirs(t), "127.0.0.1:0", ["--max-waiting", "1"]);
+  const { alice, box } = clients(server);
+  const refused = deferred();
+  const worker = new Worker({
+    client: box,
+    queue: "jobs",
+    concurrency: 2,
+    limit: 2,
+    minBackoffMs: 20,
+    maxBackoffMs: 100,
+    logger: {
+      warn: (msg, fields) => {
+        if (msg.startsWith("claim refused")) refused.resolve(fields);
+      },
+    },
+    handler: (task) => ({ n: task.item.n }),
+  });
+  const working = worker.run();
+  // Whichever comes first: the refusal, logged and retried, or run ending on it.
+  const first = await withTimeout(
+    Promise.race([refused.promise, working.then(() => new Error("run resolved"), (e) => e)]),
+    10_000,
+    "the second claim to be refused",
+  );
+  assert.ok(!(first instanceof Error), `the worker stopped on a passing refusal: ${first?.message}`);
+  assert.equal(first.code, "too_many_waiting");
+  const ids = await alice.postBatch("jobs", [{ n: 1 }, { n: 2 }]);
+  await withTimeout(working, 20_000, "both tasks to be worked");
+  for (const [i, id] of ids.entries()) {
+    const view = await alice.status("jobs", id);
+    assert.equal(view.status, "finished");
+    assert.deepEqual(view.result, { n: i + 1 });
+  }
+});
+
+test("a worker whose claim query is invalid stops with invalid_query", async (t) => {
+  const server = await start(t, newDirs(t));
+  const { box } = clients(server);
+  const worker = new Worker({ client: box, queue: "jobs", query: { type: 5 }, handler: () => ({}) });
+  const err = await withTimeout(worker.run().catch((e) => e), 10_000, "run to end");
+  assert.ok(err.cause instanceof TaskhosterError, String(err));
+  assert.equal(err.cause.code, "invalid_query");
+});
