@@ -319,13 +319,13 @@ class Run<Item> {
         outcome.error = thrown.error;
       }
       try {
-        outcome.ack = await this.#send(m);
+        outcome.ack = await this.#send(m, session);
       } catch (err) {
         if (m.type === "release" && m.reason !== undefined && isCode(err, "invalid_failure") && outcome.error) {
           // The queue's failure schema refuses our description of the
           // error: give the task back all the same, without it.
           const { reason: _, ...bare } = m;
-          outcome.ack = await this.#send(bare).catch((e: unknown) => this.#unsent(outcome, e));
+          outcome.ack = await this.#send(bare, session).catch((e: unknown) => this.#unsent(outcome, e));
         } else {
           this.#unsent(outcome, err);
         }
@@ -345,13 +345,24 @@ class Run<Item> {
   /**
    * Hands in a result, release or failure over the current socket, waiting
    * for the next one if it drops first. (If it drops after the server stored
-   * it but before the ack, the retry is answered accepted false; a release
-   * on a new socket is too: the drop re-queued the task.)
+   * it but before the ack, the retry is answered accepted false.) A release
+   * goes only over on, the socket the task was claimed on: once that has
+   * dropped, the server has re-queued the task itself (SPEC §4), and on a
+   * newer socket the release could give back a newer claim of the task by
+   * this Worker (another slot took it once it was re-queued), which passes
+   * for the lease holder. It is answered not accepted, with no status, as
+   * the Go client's Worker does.
    */
-  async #send(m: Message): Promise<Ack> {
+  async #send(m: Message, on: Session): Promise<Ack> {
     for (;;) {
       const s = await this.#link.wait([this.hard.signal]);
       if (!s) throw this.hard.signal.reason;
+      if (m.type === "release" && s !== on) {
+        this.log.info?.("the socket the task was claimed on dropped, which gave it back; its release is not sent", {
+          task: m.id,
+        });
+        return { accepted: false };
+      }
       try {
         return ack(await s.request(m, [this.hard.signal]));
       } catch (err) {
