@@ -129,7 +129,10 @@ export interface WorkerOptions<Item> {
   onOutcome?: (o: Outcome<Item>) => void;
   /** Receives connection trouble and, without onOutcome, task outcomes. Default: nothing is logged. */
   logger?: Logger;
-  /** Bounds of the wait between reconnection attempts: 250 ms and 30 s by default. */
+  /**
+   * Bounds of the wait between reconnection attempts, and between claims the
+   * server refused for now (503 too_many_waiting, say): 250 ms and 30 s by default.
+   */
   minBackoffMs?: number;
   maxBackoffMs?: number;
 }
@@ -254,6 +257,7 @@ class Run<Item> {
   /** Keeps one claim open, across reconnections, until a task arrives; undefined when the worker stops first. */
   async #claim(): Promise<{ task: Task<Item>; session: Session } | undefined> {
     const query = this.o.query;
+    let wait: Backoff | undefined; // after a passing refusal
     for (;;) {
       const s = await this.#link.wait([this.hard.signal, this.drain]);
       if (!s) return undefined;
@@ -265,10 +269,20 @@ class Run<Item> {
         if (reply.type === "task") return { task: new Task<Item>(this.o.queue, reply, s), session: s };
         this.log.warn?.("unexpected answer to a claim; claiming again", { type: reply.type });
       } catch (err) {
-        if (err instanceof TaskhosterError) {
+        if (err instanceof TaskhosterError && lastingRefusal(err.code)) {
           // An invalid query (or too many claims) stays so: stop.
           this.fail(new Error(`claim from ${this.o.queue}: ${err.message}`, { cause: err }));
           return undefined;
+        }
+        if (err instanceof TaskhosterError) {
+          // Say, too many claims waiting on the server (503
+          // too_many_waiting), or its store failing (storage_unavailable):
+          // passing trouble, as the Go client's Worker takes it. Claim
+          // again later; a drain or a hard stop ends the wait.
+          wait ??= new Backoff(this.o.minBackoffMs ?? 250, this.o.maxBackoffMs ?? 30_000);
+          const d = wait.next();
+          this.log.warn?.("claim refused; claiming again later", { code: err.code, error: err.message, inMs: Math.round(d) });
+          await sleep(d, AbortSignal.any([this.hard.signal, this.drain]));
         }
         // The socket dropped (the next one gets a new claim), or the worker
         // is stopping (the next wait says so).
@@ -305,13 +319,13 @@ class Run<Item> {
         outcome.error = thrown.error;
       }
       try {
-        outcome.ack = await this.#send(m);
+        outcome.ack = await this.#send(m, session);
       } catch (err) {
         if (m.type === "release" && m.reason !== undefined && isCode(err, "invalid_failure") && outcome.error) {
           // The queue's failure schema refuses our description of the
           // error: give the task back all the same, without it.
           const { reason: _, ...bare } = m;
-          outcome.ack = await this.#send(bare).catch((e: unknown) => this.#unsent(outcome, e));
+          outcome.ack = await this.#send(bare, session).catch((e: unknown) => this.#unsent(outcome, e));
         } else {
           this.#unsent(outcome, err);
         }
@@ -331,13 +345,24 @@ class Run<Item> {
   /**
    * Hands in a result, release or failure over the current socket, waiting
    * for the next one if it drops first. (If it drops after the server stored
-   * it but before the ack, the retry is answered accepted false; a release
-   * on a new socket is too: the drop re-queued the task.)
+   * it but before the ack, the retry is answered accepted false.) A release
+   * goes only over on, the socket the task was claimed on: once that has
+   * dropped, the server has re-queued the task itself (SPEC §4), and on a
+   * newer socket the release could give back a newer claim of the task by
+   * this Worker (another slot took it once it was re-queued), which passes
+   * for the lease holder. It is answered not accepted, with no status, as
+   * the Go client's Worker does.
    */
-  async #send(m: Message): Promise<Ack> {
+  async #send(m: Message, on: Session): Promise<Ack> {
     for (;;) {
       const s = await this.#link.wait([this.hard.signal]);
       if (!s) throw this.hard.signal.reason;
+      if (m.type === "release" && s !== on) {
+        this.log.info?.("the socket the task was claimed on dropped, which gave it back; its release is not sent", {
+          task: m.id,
+        });
+        return { accepted: false };
+      }
       try {
         return ack(await s.request(m, [this.hard.signal]));
       } catch (err) {
@@ -478,6 +503,15 @@ export function beatEvery(until: number, now: number): number {
   const left = until - now;
   if (left <= 0) return 1000;
   return Math.max(left / 3, minBeatMs);
+}
+
+/**
+ * Whether a claim refused with code would be refused again however long the
+ * Worker waited: its query is invalid, or it asks for more claims than a
+ * socket may have. run() stops on those (as the Go client's lastingRefusal).
+ */
+function lastingRefusal(code: string): boolean {
+  return code === "invalid_query" || code === "invalid_request" || code === "invalid_json" || code === "too_many_claims";
 }
 
 /** A refused handshake that will be refused again: any 4xx but a timeout or rate limit. */

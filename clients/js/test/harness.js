@@ -2,6 +2,7 @@
 // with a hosts folder written into a temporary folder, as the Go end-to-end
 // tests do (tests/e2e/harness_test.go).
 import { spawn } from "node:child_process";
+import net from "node:net";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -53,13 +54,13 @@ export function newDirs(t, hostsDir) {
 /**
  * Runs `taskhoster serve` on dirs and resolves once it listens; addr
  * "127.0.0.1:0" picks a free port, the listening log line says which.
- * The server is killed when the test ends.
+ * extra are more flags for serve. The server is killed when the test ends.
  */
-export async function start(t, dirs, addr = "127.0.0.1:0") {
+export async function start(t, dirs, addr = "127.0.0.1:0", extra = []) {
   const child = spawn(
     binary(),
     ["serve", "--hosts", dirs.hosts, "--items", dirs.items, "--logs", dirs.logs,
-      "--addr", addr, "--admin-addr", "127.0.0.1:0", "--sweep", "100ms", "--sync", "none"],
+      "--addr", addr, "--admin-addr", "127.0.0.1:0", "--sweep", "100ms", "--sync", "none", ...extra],
     { stdio: ["ignore", "ignore", "pipe"] },
   );
   const exited = new Promise((resolve) => child.once("exit", resolve));
@@ -111,6 +112,40 @@ export async function start(t, dirs, addr = "127.0.0.1:0") {
   server.url = `http://${api}`;
   server.port = Number(api.split(":").pop());
   return server;
+}
+
+/**
+ * A loopback TCP proxy to server, whose drop() cuts every connection through
+ * it as a broken network would, while the server keeps running. Closed
+ * when the test ends.
+ */
+export async function proxy(t, server) {
+  const conns = new Set();
+  const listener = net.createServer((down) => {
+    const up = net.connect(server.port, "127.0.0.1");
+    conns.add(down).add(up);
+    for (const [a, b] of [[down, up], [up, down]]) {
+      a.pipe(b);
+      a.on("error", () => b.destroy());
+      a.on("close", () => {
+        conns.delete(a);
+        b.destroy();
+      });
+    }
+  });
+  await new Promise((resolve) => listener.listen(0, "127.0.0.1", resolve));
+  const p = {
+    url: `http://127.0.0.1:${listener.address().port}`,
+    /** Cuts every connection through the proxy now. */
+    drop() {
+      for (const c of conns) c.destroy();
+    },
+  };
+  t.after(() => {
+    p.drop();
+    return new Promise((resolve) => listener.close(resolve));
+  });
+  return p;
 }
 
 /** p, or a rejection naming what did not happen within ms. */

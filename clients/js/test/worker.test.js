@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import { CancelledError, Client, Failure, Release, TaskhosterError, Worker } from "../dist/index.js";
-import { aliceToken, boxToken, deferred, host, newDirs, start, withTimeout } from "./harness.js";
+import { aliceToken, boxToken, deferred, host, newDirs, proxy, start, withTimeout } from "./harness.js";
 
 function clients(server) {
   return {
@@ -224,4 +224,107 @@ test("a worker reconnects after the server restarts and hands in a result it was
     assert.equal(view.status, "finished");
     assert.deepEqual(view.result, { n });
   }
+});
+
+test("a claim refused for now (503 too_many_waiting) is claimed again later, and the worker goes on", async (t) => {
+  // One waiting place on the whole server: of the worker's two claims, the
+  // second is refused while the first waits for a task.
+  const server = await start(t, newDirs(t), "127.0.0.1:0", ["--max-waiting", "1"]);
+  const { alice, box } = clients(server);
+  const refused = deferred();
+  const worker = new Worker({
+    client: box,
+    queue: "jobs",
+    concurrency: 2,
+    limit: 2,
+    minBackoffMs: 20,
+    maxBackoffMs: 100,
+    logger: {
+      warn: (msg, fields) => {
+        if (msg.startsWith("claim refused")) refused.resolve(fields);
+      },
+    },
+    handler: (task) => ({ n: task.item.n }),
+  });
+  const working = worker.run();
+  // Whichever comes first: the refusal, logged and retried, or run ending on it.
+  const first = await withTimeout(
+    Promise.race([refused.promise, working.then(() => new Error("run resolved"), (e) => e)]),
+    10_000,
+    "the second claim to be refused",
+  );
+  assert.ok(!(first instanceof Error), `the worker stopped on a passing refusal: ${first?.message}`);
+  assert.equal(first.code, "too_many_waiting");
+  const ids = await alice.postBatch("jobs", [{ n: 1 }, { n: 2 }]);
+  await withTimeout(working, 20_000, "both tasks to be worked");
+  for (const [i, id] of ids.entries()) {
+    const view = await alice.status("jobs", id);
+    assert.equal(view.status, "finished");
+    assert.deepEqual(view.result, { n: i + 1 });
+  }
+});
+
+test("a release is not sent again over the next socket, where another slot may hold the task again", async (t) => {
+  const server = await start(t, newDirs(t));
+  const net = await proxy(t, server);
+  const alice = new Client(server.url, { host, token: aliceToken });
+  const box = new Client(net.url, { host, token: boxToken }); // the worker's sockets go through the proxy
+  const { id } = await alice.post("jobs", { n: 1 });
+  const first = deferred(); // the handler of the first claim runs
+  const giveBack = deferred(); // let it throw its Release
+  const second = deferred(); // the handler of the second claim runs
+  const released = deferred(); // the first claim's outcome is told
+  const finished = deferred(); // the second claim's outcome is told
+  const outcomes = new Map(); // attempts → outcome
+  const worker = new Worker({
+    client: box,
+    queue: "jobs",
+    concurrency: 2,
+    minBackoffMs: 20,
+    maxBackoffMs: 200,
+    onOutcome: (o) => {
+      outcomes.set(o.task.attempts, o);
+      if (o.task.attempts === 1) released.resolve();
+      if (o.task.attempts === 2) finished.resolve();
+    },
+    handler: async (task) => {
+      if (task.attempts === 1) {
+        first.resolve();
+        await giveBack.promise;
+        throw new Release();
+      }
+      if (task.attempts === 2) {
+        second.resolve();
+        await released.promise;
+      }
+      return { attempt: task.attempts };
+    },
+  });
+  const working = worker.run();
+  await withTimeout(first.promise, 10_000, "the first claim");
+  net.drop(); // the worker socket drops: the server re-queues the task at once
+  await withTimeout(second.promise, 20_000, "the other slot to claim the task again over the next socket");
+  giveBack.resolve();
+  await withTimeout(finished.promise, 20_000, "the second claim's result");
+  worker.drain();
+  await working;
+
+  const gaveBack = outcomes.get(1);
+  assert.equal(gaveBack.sent, "release");
+  assert.equal(gaveBack.ack.accepted, false, "the first claim's release gave back the second claim");
+  assert.equal(outcomes.get(2).ack.accepted, true);
+  const view = await alice.status("jobs", id);
+  assert.equal(view.status, "finished");
+  assert.equal(view.attempts, 2);
+  assert.deepEqual(view.result, { attempt: 2 });
+  assert.deepEqual(server.eventsOf(id), ["posted", "claimed", "requeue", "claimed", "result", "fetched"]);
+});
+
+test("a worker whose claim query is invalid stops with invalid_query", async (t) => {
+  const server = await start(t, newDirs(t));
+  const { box } = clients(server);
+  const worker = new Worker({ client: box, queue: "jobs", query: { type: 5 }, handler: () => ({}) });
+  const err = await withTimeout(worker.run().catch((e) => e), 10_000, "run to end");
+  assert.ok(err.cause instanceof TaskhosterError, String(err));
+  assert.equal(err.cause.code, "invalid_query");
 });

@@ -43,7 +43,7 @@ class Outcome:
     # The handler's exception (other than Release and Failure), which the
     # worker gave the task back for; or the error that kept it from handing
     # in (a TaskhosterError such as invalid_result, or connection trouble
-    # that outlasted hand_in_for).
+    # that outlasted hand_in_for, or any for a release, which is sent once).
     error: BaseException | None
     took: float  # seconds the handler ran
 
@@ -254,11 +254,11 @@ class Worker:
             beat.join()
         took = time.monotonic() - started
         try:
-            ack: Ack | None = self._hand_in(send)
+            ack: Ack | None = self._hand_in(send, again=sent != "release")
         except (TypeError, ValueError) as e:  # a result that is not JSON
             error, sent = e, "release"
             try:
-                ack = self._hand_in(self._give_back(task, e))
+                ack = self._hand_in(self._give_back(task, e), again=False)
             except Exception as again:
                 error, sent, ack = again, None, None
         except Exception as e:
@@ -280,20 +280,26 @@ class Worker:
 
         return send
 
-    def _hand_in(self, send: Callable[[], Ack]) -> Ack:
+    def _hand_in(self, send: Callable[[], Ack], *, again: bool) -> Ack:
         """send, retrying connection trouble and 5xx for up to hand_in_for
-        seconds: a result counts whenever the task is not yet finished."""
+        seconds if again: a result (or failure) counts whenever the task is
+        not yet finished. A release is sent once (again False), as the Go
+        client's Worker does: it may have reached the server before the
+        trouble, and the task, given back, may since be claimed again by
+        another thread of this worker, whose lease a release sent again
+        would pass for (the lease holder is this worker's name) and give
+        back. Unsent, the task goes back when its lease lapses."""
         backoff = Backoff(self.min_backoff, self.max_backoff)
         deadline = time.monotonic() + self.hand_in_for
         while True:
             try:
                 return send()
             except TaskhosterError as e:
-                if e.status < 500 or time.monotonic() >= deadline:
+                if e.status < 500 or not again or time.monotonic() >= deadline:
                     raise
                 err: Exception = e
             except OSError as e:
-                if time.monotonic() >= deadline:
+                if not again or time.monotonic() >= deadline:
                     raise
                 err = e
             wait = min(backoff.next(), max(deadline - time.monotonic(), 0))

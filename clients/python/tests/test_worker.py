@@ -141,6 +141,57 @@ class WorkerTest(ServerTest):
         view = self.anyone.status("public", never)
         self.assertEqual((view.status, view.error, view.failure), ("failed", "failed", {"why": "no such image"}))
 
+    def test_a_release_whose_answer_was_lost_is_not_sent_again(self) -> None:
+        # The first release reaches the server, which gives the task back;
+        # its answer is lost (the connection drops), and by then another
+        # thread of the same worker has claimed the task again. Sent again,
+        # the release would pass for that newer claim's and give it back.
+        task_id = self.alice.post("resize", {"url": "u"})
+        reclaimed = threading.Event()  # the second claim's handler runs
+        told = threading.Event()  # the first claim's outcome is told
+
+        class LosesAnswer(Client):
+            lost = False
+
+            def release(self, queue: str, id: str, **kw: Any) -> Any:
+                ack = super().release(queue, id, **kw)
+                if not LosesAnswer.lost:
+                    LosesAnswer.lost = True
+                    reclaimed.wait(30)
+                    raise ConnectionResetError("the connection dropped before the answer")
+                return ack
+
+        def handler(task: Task) -> Any:
+            if task.attempts == 1:
+                raise Release()
+            reclaimed.set()
+            told.wait(30)
+            return {"attempt": task.attempts}
+
+        def on_outcome(o: Outcome) -> None:
+            rec(o)
+            if o.task.attempts == 1:
+                told.set()
+
+        rec = Recorder()
+        client = LosesAnswer(self.server.url, host=HOST, token=BOX)
+        w = Worker(client, "resize", handler, limit=2, wait=5, concurrency=2, name="py-1",
+                   on_outcome=on_outcome, min_backoff=0.01, max_backoff=0.05)
+        runner = threading.Thread(target=w.run)
+        runner.start()
+        runner.join(60)
+        if runner.is_alive():
+            w.stop()
+            runner.join(60)
+            self.fail("the worker did not finish within 60s")
+        events = [e["event"] for e in self.server.events(task_id)]
+        self.assertEqual(events.count("released"), 1, events)
+        first = next(o for o in rec.outcomes if o.task.attempts == 1)
+        self.assertIsNone(first.sent)  # not known to be handed in
+        self.assertIsInstance(first.error, ConnectionResetError)
+        view = self.alice.status("resize", task_id)
+        self.assertEqual((view.status, view.attempts, view.result), ("finished", 2, {"attempt": 2}))
+
     def test_a_refused_first_claim_ends_run(self) -> None:
         for client, queue, code in (
             (self.server.client(EVE), "resize", "forbidden"),
