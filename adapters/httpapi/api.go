@@ -34,7 +34,10 @@ type API struct {
 
 // Sockets serves the WebSocket endpoints; the wsapi adapter provides it.
 type Sockets interface {
-	Work(w http.ResponseWriter, r *http.Request, q *domain.Queue, user string)
+	// Work serves q's worker socket for user. current resolves the
+	// upgrade request's host, queue and access again, against the
+	// configuration in force at the time of the call (see recheck).
+	Work(w http.ResponseWriter, r *http.Request, q *domain.Queue, user string, current func() (*domain.Queue, error))
 	Watch(w http.ResponseWriter, r *http.Request, q *domain.Queue, id string)
 }
 
@@ -200,14 +203,39 @@ func HostOf(r *http.Request) *domain.Host { return hostOf(r) }
 // authorize returns the requesting user's name ("" for anonymous) if it may
 // do at least one of the actions on the request's queue.
 func (a *API) authorize(r *http.Request, actions ...domain.Action) (string, error) {
-	user, _ := hostOf(r).Authenticate(token(r))
-	switch queueOf(r).Access.Check(user, actions...) {
+	return allowed(hostOf(r), queueOf(r), r, actions...)
+}
+
+func allowed(h *domain.Host, q *domain.Queue, r *http.Request, actions ...domain.Action) (string, error) {
+	user, _ := h.Authenticate(token(r))
+	switch q.Access.Check(user, actions...) {
 	case domain.Unauthorized:
 		return "", errUnauthorized
 	case domain.Forbidden:
 		return "", errForbidden
 	}
 	return user, nil
+}
+
+// recheck resolves r's host and queue and checks its token for action
+// again, against the configuration in force now, as if r came now. A
+// worker socket lives for hours over one upgrade request: it asks this at
+// each message, so a reload's schemas, settings and access reach it too,
+// and a worker whose queue went or whose right was taken away is let go.
+func (a *API) recheck(r *http.Request, action domain.Action) (*domain.Queue, error) {
+	h, ok := a.lookupHost(r.Host)
+	if !ok {
+		return nil, unknownHost(r.Host)
+	}
+	name := queueOf(r).Name
+	q, ok := h.Queues[name]
+	if !ok {
+		return nil, unknownQueue(h.Name, name)
+	}
+	if _, err := allowed(h, q, r, action); err != nil {
+		return nil, err
+	}
+	return q, nil
 }
 
 // token is the bearer token of r; WebSocket upgrades may pass it as

@@ -210,7 +210,7 @@ func (a *API) work(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, errNoRoute)
 		return
 	}
-	a.sockets.Work(w, r, queueOf(r), user)
+	a.sockets.Work(w, r, queueOf(r), user, func() (*domain.Queue, error) { return a.recheck(r, domain.ActionWork) })
 }
 
 func (a *API) watch(w http.ResponseWriter, r *http.Request) {

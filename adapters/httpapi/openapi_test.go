@@ -99,7 +99,7 @@ func routerAPI(t *testing.T) *httpapi.API {
 // noSockets stands in for wsapi: the routing, not the socket, is tested here.
 type noSockets struct{}
 
-func (noSockets) Work(w http.ResponseWriter, _ *http.Request, _ *domain.Queue, _ string) {
+func (noSockets) Work(w http.ResponseWriter, _ *http.Request, _ *domain.Queue, _ string, _ func() (*domain.Queue, error)) {
 	w.WriteHeader(http.StatusTeapot)
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -29,9 +30,11 @@ const maxWorkerName = 200
 const maxReports = 256
 
 // Work serves the worker socket of q (SPEC §4) for user ("" if anonymous),
-// who has the work right. It returns when the socket has closed and every
-// task it still held is pending again.
-func (s *Sockets) Work(w http.ResponseWriter, r *http.Request, q *domain.Queue, user string) {
+// who has the work right. current, if not nil, gives q as the configuration
+// in force has it now, or why this worker may no longer use it; the socket
+// asks it at each message and before handing out each task. It returns when
+// the socket has closed and every task it still held is pending again.
+func (s *Sockets) Work(w http.ResponseWriter, r *http.Request, q *domain.Queue, user string, current func() (*domain.Queue, error)) {
 	if !websocket.IsWebSocketUpgrade(r) {
 		s.refuse(w, errNotUpgrade, "worker socket refused")
 		return
@@ -57,12 +60,13 @@ func (s *Sockets) Work(w http.ResponseWriter, r *http.Request, q *domain.Queue, 
 	conn.SetReadLimit(q.Settings.MaxItemBytes + envelopeSlack)
 	wk := &worker{
 		peer: newPeer(conn, s.opts, s.stop),
-		s:    s, q: q, name: name,
+		s:    s, current: current, name: name,
 		logger: s.logger.With(zap.String("host", q.Host), zap.String("queue", q.Name), zap.String("worker", name)),
 		slots:  make(chan struct{}, maxReports),
 		held:   make(map[string]holding),
 		lanes:  lanes{goroutines: s.goroutines},
 	}
+	wk.q.Store(q)
 	wk.read()
 	wk.release()
 }
@@ -86,10 +90,13 @@ func workerName(r *http.Request, user string) (string, *domain.Error) {
 // worker is one worker socket.
 type worker struct {
 	*peer
-	s      *Sockets
-	q      *domain.Queue
-	name   string
-	logger *zap.Logger
+	s    *Sockets
+	name string
+	// q is the queue as this socket last saw it, refreshed from current
+	// at each message (see refresh): a reload reaches open sockets too.
+	q       atomic.Pointer[domain.Queue]
+	current func() (*domain.Queue, error)
+	logger  *zap.Logger
 
 	claims   sync.WaitGroup // one per outstanding claim goroutine
 	lanes    lanes          // messages about tasks being applied
@@ -174,6 +181,14 @@ func (w *worker) handle(data []byte) {
 		w.fail(m.Ref, err)
 		return
 	}
+	q, err := w.refresh()
+	if err != nil {
+		w.letGo(m.Ref, err)
+		return
+	}
+	// Called between two reads, as gorilla wants: a reload's maxItemBytes
+	// bounds the next message.
+	w.conn.SetReadLimit(q.Settings.MaxItemBytes + envelopeSlack)
 	switch m.Type {
 	case "claim":
 		w.claim(m)
@@ -182,6 +197,34 @@ func (w *worker) handle(data []byte) {
 	default:
 		w.fail(m.Ref, domain.E(domain.KindInvalid, domain.CodeInvalidRequest, `unknown message type %q (claim, progress, result, heartbeat, release or fail)`, m.Type))
 	}
+}
+
+// queueSeen is the queue as this socket last saw it.
+func (w *worker) queueSeen() *domain.Queue { return w.q.Load() }
+
+// refresh asks for the queue as the configuration in force has it now, and
+// makes it the socket's: the schemas, settings and access that a request
+// made now would meet. It fails when the queue went (a removed file) or
+// this worker lost the right to work on it.
+func (w *worker) refresh() (*domain.Queue, error) {
+	if w.current == nil {
+		return w.queueSeen(), nil
+	}
+	q, err := w.current()
+	if err != nil {
+		return nil, err
+	}
+	w.q.Store(q)
+	return q, nil
+}
+
+// letGo answers ref with err, why the worker may no longer use the queue,
+// and closes the socket with 1008 (policy): its outstanding claims are
+// dropped and the tasks it holds go back to pending (release), since it
+// may no longer hand them in.
+func (w *worker) letGo(ref json.RawMessage, err error) {
+	w.fail(ref, err)
+	w.close(websocket.ClosePolicyViolation, string(httperr.Of(err).Body.Error))
 }
 
 // claim starts waiting for a task that matches the message's query.
@@ -217,12 +260,20 @@ func (w *worker) claim(m message) {
 func (w *worker) await(ref, query json.RawMessage, place *app.Place) {
 	defer w.claims.Done()
 	defer place.Leave()
-	t, watch, err := w.s.svc.ClaimWatched(w.ctx, w.q, w.name, query, app.WaitForever, place, cancelWatchBuffer)
+	t, watch, err := w.s.svc.ClaimWatched(w.ctx, w.queueSeen(), w.name, query, app.WaitForever, place, cancelWatchBuffer)
 	switch {
 	case err == nil:
 		startWatch := w.settle(&t, watch)
 		if w.s.afterSettle != nil {
 			w.s.afterSettle()
+		}
+		// A claim may have waited for hours: if the worker lost the queue
+		// meanwhile, its item is not sent. The task is held, so closing
+		// the socket puts it back to pending.
+		if _, err := w.refresh(); err != nil {
+			startWatch() // it ends with the socket; release waits for it
+			w.letGo(ref, err)
+			return
 		}
 		w.sendBytes(encodeTask(ref, t.ID, t.Item, t.Attempts, t.Lease))
 		// Only now, so that a cancel the claim's watch already holds is
@@ -295,7 +346,7 @@ func (w *worker) watchCancel(ctx context.Context, id string, claim domain.Holder
 				return
 			}
 			var err error
-			if watch, err = w.s.svc.WatchClaim(ctx, w.q, id, claim.Attempt, cancelWatchBuffer); err != nil {
+			if watch, err = w.s.svc.WatchClaim(ctx, w.queueSeen(), id, claim.Attempt, cancelWatchBuffer); err != nil {
 				return // deleted, or the store is failing: nothing to tell
 			}
 		}
@@ -389,19 +440,19 @@ func (w *worker) apply(m message) {
 func (w *worker) call(ctx context.Context, m message, holder domain.Holder) (app.Outcome, error) {
 	switch m.Type {
 	case "progress":
-		return w.s.svc.Progress(ctx, w.q, m.ID, holder, m.Progress)
+		return w.s.svc.Progress(ctx, w.queueSeen(), m.ID, holder, m.Progress)
 	case "result":
-		return w.s.svc.Result(ctx, w.q, m.ID, w.name, m.Result)
+		return w.s.svc.Result(ctx, w.queueSeen(), m.ID, w.name, m.Result)
 	case "heartbeat":
-		return w.s.svc.Heartbeat(ctx, w.q, m.ID, holder)
+		return w.s.svc.Heartbeat(ctx, w.queueSeen(), m.ID, holder)
 	case "release":
 		var delay time.Duration
 		if m.Delay != nil {
 			delay = time.Duration(*m.Delay * float64(time.Second))
 		}
-		return w.s.svc.Release(ctx, w.q, m.ID, holder, delay, m.Reason)
+		return w.s.svc.Release(ctx, w.queueSeen(), m.ID, holder, delay, m.Reason)
 	default: // "fail"
-		return w.s.svc.Fail(ctx, w.q, m.ID, w.name, m.Reason)
+		return w.s.svc.Fail(ctx, w.queueSeen(), m.ID, w.name, m.Reason)
 	}
 }
 
@@ -442,7 +493,7 @@ func (w *worker) release() {
 	for id, h := range w.held {
 		held = append(held, app.Held{ID: id, By: h.claim})
 	}
-	requeued, err := w.s.svc.RequeueAll(context.Background(), w.q, held, domain.CauseSocket)
+	requeued, err := w.s.svc.RequeueAll(context.Background(), w.queueSeen(), held, domain.CauseSocket)
 	if err != nil {
 		w.logger.Error("re-queue a closed socket's tasks", zap.Error(err))
 	}

@@ -79,7 +79,7 @@ func newFixtureSyncing(t testing.TB, repo ports.TaskRepository, syncer ports.Syn
 	mux := http.NewServeMux()
 	mux.HandleFunc("/work", func(w http.ResponseWriter, r *http.Request) {
 		defer func() { f.workEnd <- struct{}{} }()
-		sockets.Work(w, r, f.q, "box")
+		sockets.Work(w, r, f.q, "box", nil)
 	})
 	mux.HandleFunc("/watch/{id}", func(w http.ResponseWriter, r *http.Request) {
 		sockets.Watch(w, r, f.q, r.PathValue("id"))
