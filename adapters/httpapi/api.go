@@ -38,7 +38,9 @@ type Sockets interface {
 	// upgrade request's host, queue and access again, against the
 	// configuration in force at the time of the call (see recheck).
 	Work(w http.ResponseWriter, r *http.Request, q *domain.Queue, user string, current func() (*domain.Queue, error))
-	Watch(w http.ResponseWriter, r *http.Request, q *domain.Queue, id string)
+	// Watch serves the watch socket of task id of q; current is as
+	// Work's, for the status right.
+	Watch(w http.ResponseWriter, r *http.Request, q *domain.Queue, id string, current func() (*domain.Queue, error))
 }
 
 // Options configure an API.

@@ -228,7 +228,7 @@ func (a *API) watch(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, errNoRoute)
 		return
 	}
-	a.sockets.Watch(w, r, q, id)
+	a.sockets.Watch(w, r, q, id, func() (*domain.Queue, error) { return a.recheck(r, domain.ActionStatus) })
 }
 
 // notFoundAsTask gives a missing task the task's own error code.

@@ -103,7 +103,7 @@ func (noSockets) Work(w http.ResponseWriter, _ *http.Request, _ *domain.Queue, _
 	w.WriteHeader(http.StatusTeapot)
 }
 
-func (noSockets) Watch(w http.ResponseWriter, _ *http.Request, _ *domain.Queue, _ string) {
+func (noSockets) Watch(w http.ResponseWriter, _ *http.Request, _ *domain.Queue, _ string, _ func() (*domain.Queue, error)) {
 	w.WriteHeader(http.StatusTeapot)
 }
 

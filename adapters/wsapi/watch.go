@@ -8,6 +8,7 @@ import (
 	"github.com/gorilla/websocket"
 	"go.uber.org/zap"
 
+	"github.com/taskhoster/taskhoster/adapters/httperr"
 	"github.com/taskhoster/taskhoster/app"
 	"github.com/taskhoster/taskhoster/domain"
 )
@@ -19,7 +20,9 @@ const watchReadLimit = 4 << 10
 // Watch serves the watch socket of task id of q (SPEC §3): the status view
 // at once, then a view on every change, and after a terminal view a close
 // with code 1000. httpapi has checked access and that the task exists.
-func (s *Sockets) Watch(w http.ResponseWriter, r *http.Request, q *domain.Queue, id string) {
+// current, if not nil, gives q as the configuration in force has it now, or
+// why this watcher may no longer read it; Recheck asks it after a reload.
+func (s *Sockets) Watch(w http.ResponseWriter, r *http.Request, q *domain.Queue, id string, current func() (*domain.Queue, error)) {
 	if !websocket.IsWebSocketUpgrade(r) {
 		s.refuse(w, errNotUpgrade, "watch socket refused")
 		return
@@ -46,9 +49,10 @@ func (s *Sockets) Watch(w http.ResponseWriter, r *http.Request, q *domain.Queue,
 	conn.SetReadLimit(watchReadLimit)
 	wt := &watcher{
 		peer: newPeer(conn, s.opts, s.stop),
-		s:    s, q: q, id: id, watch: watch,
+		s:    s, q: q, id: id, watch: watch, current: current,
 		logger: s.logger.With(zap.String("host", q.Host), zap.String("queue", q.Name), zap.String("id", id)),
 	}
+	defer s.track(wt)()
 	gone := make(chan struct{})
 	go func() {
 		defer close(gone)
@@ -68,6 +72,22 @@ type watcher struct {
 	id     string
 	watch  *app.Watch
 	logger *zap.Logger
+	// current resolves the queue and the watcher's status right again
+	// (Work's current); nil never lets the watcher go.
+	current func() (*domain.Queue, error)
+}
+
+// recheck closes the socket with 1008 (policy) if the watcher's queue went
+// or it may no longer read the task's status (see Sockets.Recheck). A
+// watch reads only the task's changes, which the queue's other settings do
+// not shape, so the queue it opened on stays its own.
+func (wt *watcher) recheck() {
+	if wt.current == nil {
+		return
+	}
+	if _, err := wt.current(); err != nil {
+		wt.close(websocket.ClosePolicyViolation, string(httperr.Of(err).Body.Error))
+	}
 }
 
 // read takes whatever the peer sends (only control frames matter: pongs

@@ -67,7 +67,9 @@ func (s *Sockets) Work(w http.ResponseWriter, r *http.Request, q *domain.Queue, 
 		lanes:  lanes{goroutines: s.goroutines},
 	}
 	wk.q.Store(q)
+	untrack := s.track(wk)
 	wk.read()
+	untrack()
 	wk.release()
 }
 
@@ -216,6 +218,14 @@ func (w *worker) refresh() (*domain.Queue, error) {
 	}
 	w.q.Store(q)
 	return q, nil
+}
+
+// recheck refreshes the queue, and lets the worker go if it may no longer
+// use it (see Sockets.Recheck).
+func (w *worker) recheck() {
+	if _, err := w.refresh(); err != nil {
+		w.letGo(nil, err)
+	}
 }
 
 // letGo answers ref with err, why the worker may no longer use the queue,

@@ -104,6 +104,8 @@ type Sockets struct {
 	// workers counts the upgraded worker sockets of each queue, for the
 	// dashboard and the metrics (an entry goes with the queue's last).
 	workers map[domain.QueueRef]int
+	// upgraded is every upgraded socket, worker and watch, for Recheck.
+	upgraded map[rechecker]struct{}
 
 	// afterSettle, set by tests only (export_test.go), runs between a
 	// claim's settling and its task message.
@@ -115,9 +117,10 @@ func New(svc *app.Service, opts Options) *Sockets {
 	opts = opts.withDefaults()
 	s := &Sockets{
 		svc: svc, opts: opts, logger: opts.Logger,
-		stop:    make(chan struct{}),
-		open:    make(map[string]int),
-		workers: make(map[domain.QueueRef]int),
+		stop:     make(chan struct{}),
+		open:     make(map[string]int),
+		workers:  make(map[domain.QueueRef]int),
+		upgraded: make(map[rechecker]struct{}),
 
 		goroutines: newGoroutines(idleLinger),
 	}
@@ -184,6 +187,46 @@ func (s *Sockets) connected(q domain.QueueRef) (gone func()) {
 			delete(s.workers, q)
 		}
 		s.mu.Unlock()
+	}
+}
+
+// rechecker is an upgraded socket that can ask again whether it may go on.
+type rechecker interface {
+	// recheck resolves the socket's queue and access against the
+	// configuration in force, and lets the socket go (close 1008) if its
+	// queue went or its right was taken away.
+	recheck()
+}
+
+// track counts an upgraded socket in for Recheck until the returned
+// function counts it out.
+func (s *Sockets) track(r rechecker) (untrack func()) {
+	s.mu.Lock()
+	s.upgraded[r] = struct{}{}
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		delete(s.upgraded, r)
+		s.mu.Unlock()
+	}
+}
+
+// Recheck asks every open socket whether its queue and its token's right
+// are still there, as a request made now would: call it after each reload
+// of the configuration (SPEC §1, live reload). A socket whose worker or
+// watcher lost them is closed with 1008 (policy), its outstanding claims
+// dropped before they take a task, and a worker's tasks put back to
+// pending. Sockets that may go on take the reloaded queue for their next
+// messages (a worker socket also does so at each message).
+func (s *Sockets) Recheck() {
+	s.mu.Lock()
+	open := make([]rechecker, 0, len(s.upgraded))
+	for r := range s.upgraded {
+		open = append(open, r)
+	}
+	s.mu.Unlock()
+	for _, r := range open {
+		r.recheck()
 	}
 }
 

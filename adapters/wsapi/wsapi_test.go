@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,7 +53,20 @@ type fixture struct {
 	url     string
 	sockets *wsapi.Sockets
 	workEnd chan struct{} // one value each time a Work handler returns
+	// revoked, once set, is what the sockets' recheck answers: the
+	// configuration took their queue or their right away.
+	revoked atomic.Pointer[domain.Error]
 }
+
+// current is the sockets' recheck (httpapi's, over the fixture's queue).
+func (f *fixture) current() (*domain.Queue, error) {
+	if err := f.revoked.Load(); err != nil {
+		return nil, err
+	}
+	return f.q, nil
+}
+
+var errRevoked = domain.E(domain.KindForbidden, domain.CodeForbidden, "box may no longer work on resize")
 
 func newFixture(t testing.TB, repo ports.TaskRepository, opts wsapi.Options) *fixture {
 	t.Helper()
@@ -79,10 +93,10 @@ func newFixtureSyncing(t testing.TB, repo ports.TaskRepository, syncer ports.Syn
 	mux := http.NewServeMux()
 	mux.HandleFunc("/work", func(w http.ResponseWriter, r *http.Request) {
 		defer func() { f.workEnd <- struct{}{} }()
-		sockets.Work(w, r, f.q, "box", nil)
+		sockets.Work(w, r, f.q, "box", f.current)
 	})
 	mux.HandleFunc("/watch/{id}", func(w http.ResponseWriter, r *http.Request) {
-		sockets.Watch(w, r, f.q, r.PathValue("id"))
+		sockets.Watch(w, r, f.q, r.PathValue("id"), f.current)
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(func() {
@@ -151,6 +165,107 @@ func TestClaimWonAsSocketDies(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"posted/", "claimed/", "requeue/socket"}, kinds); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// closeCode reads c until the server closes it, and returns the code.
+func closeCode(t *testing.T, c *websocket.Conn) int {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, data, err := c.ReadMessage()
+	var ce *websocket.CloseError
+	if !errors.As(err, &ce) {
+		t.Fatalf("want a close frame, got %q, error %v", data, err)
+	}
+	return ce.Code
+}
+
+// TestRecheckLetsGoASocketThatLostItsRight: after a reload that took a
+// worker's right away, Recheck closes its socket (1008) before its waiting
+// claim takes a task: the next task is not claimed in its name, and no
+// attempt of it is spent.
+func TestRecheckLetsGoASocketThatLostItsRight(t *testing.T) {
+	f := newFixture(t, index.New(), wsapi.Options{})
+	c := f.dial(t, "/work?worker=w1")
+	if err := c.WriteMessage(websocket.TextMessage, []byte(`{"type":"claim","ref":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the claim to wait", func() bool { return f.hub.Waiting(f.q.Ref()) == 1 })
+
+	f.revoked.Store(errRevoked)
+	f.sockets.Recheck()
+	if got := read(t, c); !strings.Contains(got, `"error":"forbidden"`) || strings.Contains(got, `"ref"`) {
+		t.Errorf("told %s, want a forbidden error without a ref", got)
+	}
+	if code := closeCode(t, c); code != websocket.ClosePolicyViolation {
+		t.Errorf("closed with %d, want %d", code, websocket.ClosePolicyViolation)
+	}
+	<-f.workEnd
+
+	task, err := f.svc.Post(context.Background(), f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.repo.Get(context.Background(), domain.KeyOf(task))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != domain.Pending || got.Attempts != 0 {
+		t.Errorf("task posted after the socket was let go: status %s, attempts %d", got.Status, got.Attempts)
+	}
+}
+
+// TestAClaimWonAfterTheRightWentIsNotSent: a claim that takes a task after
+// its worker lost the right (a reload between the claim's wait and its
+// win) does not send the item: it answers the claim with the error, closes
+// the socket 1008, and the task is pending again.
+func TestAClaimWonAfterTheRightWentIsNotSent(t *testing.T) {
+	repo := &gatedRepo{TaskRepository: index.New(), took: make(chan struct{}), release: make(chan struct{})}
+	f := newFixture(t, repo, wsapi.Options{})
+	c := f.dial(t, "/work?worker=w1")
+	if err := c.WriteMessage(websocket.TextMessage, []byte(`{"type":"claim","ref":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	task, err := f.svc.Post(context.Background(), f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-repo.took // the claim has the task, not yet its reply
+	f.revoked.Store(errRevoked)
+	close(repo.release)
+
+	if got := read(t, c); !strings.Contains(got, `"error":"forbidden"`) || !strings.Contains(got, `"ref":1`) {
+		t.Errorf("claim answered %s, want forbidden with ref 1", got)
+	}
+	if code := closeCode(t, c); code != websocket.ClosePolicyViolation {
+		t.Errorf("closed with %d, want %d", code, websocket.ClosePolicyViolation)
+	}
+	<-f.workEnd
+	got, err := repo.Get(context.Background(), domain.KeyOf(task))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != domain.Pending || got.Lease != nil {
+		t.Errorf("task after its worker was let go: status %s, lease %v", got.Status, got.Lease)
+	}
+}
+
+// TestRecheckLetsGoAWatcherThatLostItsRight: a watcher whose status right
+// a reload took away is closed 1008.
+func TestRecheckLetsGoAWatcherThatLostItsRight(t *testing.T) {
+	f := newFixture(t, index.New(), wsapi.Options{})
+	task, err := f.svc.Post(context.Background(), f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.dial(t, "/watch/"+task.ID)
+	if got := read(t, c); !strings.Contains(got, `"status":"pending"`) {
+		t.Fatalf("first view %s", got)
+	}
+	f.revoked.Store(errRevoked)
+	f.sockets.Recheck()
+	if code := closeCode(t, c); code != websocket.ClosePolicyViolation {
+		t.Errorf("closed with %d, want %d", code, websocket.ClosePolicyViolation)
 	}
 }
 
@@ -385,6 +500,21 @@ func TestACancelIsToldAfterTheTaskItCancels(t *testing.T) {
 		first, second := read(t, c), read(t, c)
 		if !strings.Contains(first, `"type":"task"`) || second != `{"type":"cancelled","id":"`+task.ID+`"}` {
 			t.Fatalf("round %d: the socket got %s then %s, want the task then its cancel", i, first, second)
+		}
+	}
+}
+
+// waitFor retries cond until it holds or 10 s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		case <-tick.C:
 		}
 	}
 }

@@ -9,12 +9,13 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// TestReloadReachesOpenWorkerSockets: a queue file changed while a worker
-// socket is open applies to that socket's later messages, as to a new
-// request (SPEC §1 "Live reload"): a stricter result schema refuses a result
-// the old one took, and a worker taken off the queue's work list can neither
-// hand in nor claim, and is let go with its tasks back to pending.
-func TestReloadReachesOpenWorkerSockets(t *testing.T) {
+// TestReloadReachesOpenSockets: a queue file changed while sockets are open
+// applies to them as to a new request (SPEC §1 "Live reload"). A stricter
+// result schema refuses a result the old one took; a worker taken off the
+// queue's work list is let go at once (close 1008), its waiting claim
+// dropped before it takes a task and its task back to pending; a watcher
+// taken off the status list is let go too.
+func TestReloadReachesOpenSockets(t *testing.T) {
 	t.Parallel()
 	d := newDirs(t)
 	s := start(t, d)
@@ -30,7 +31,7 @@ func TestReloadReachesOpenWorkerSockets(t *testing.T) {
 	// The result schema now wants "thumb".
 	writeFile(t, queueFile, `{"item":`+item+`,
 		"result": {"type":"object","required":["thumb"]},
-		"access": {"post":["alice"], "status":["alice"], "work":["box"]}}`)
+		"access": {"post":["alice"], "status":["alice","box"], "work":["box"]}}`)
 	eventually(t, "the stricter result schema", func() bool {
 		return strings.Contains(string(s.do("GET", "/resize", aliceToken, "").Body), "thumb")
 	})
@@ -39,8 +40,7 @@ func TestReloadReachesOpenWorkerSockets(t *testing.T) {
 		t.Errorf("a result the new schema refuses, on a socket opened before the reload: %v, want invalid_result", m)
 	}
 
-	// A second socket's claim waits for a task while box is taken off the
-	// work list: the task it then takes must not reach it.
+	// A second socket's claim waits for a task, and box watches the first.
 	waiting := s.dial("/resize/work?worker=w2", boxToken)
 	waiting.send(`{"type":"claim","ref":7}`)
 	eventually(t, "the claim to wait", func() bool {
@@ -51,30 +51,46 @@ func TestReloadReachesOpenWorkerSockets(t *testing.T) {
 		defer resp.Body.Close()
 		return strings.Contains(readAll(t, resp), `taskhoster_queue_claims_waiting{host="`+host+`",queue="resize"} 1`)
 	})
+	watch := s.dial("/resize/"+first+"/watch", boxToken)
+	if m := watch.next(); m["id"] != first || m["status"] != "processing" {
+		t.Fatalf("first view %v", m)
+	}
 
-	// box is taken off the work list.
+	// box is taken off the work and status lists: every socket of box is
+	// let go, though none of them says anything.
 	writeFile(t, queueFile, `{"item":`+item+`,
 		"access": {"post":["alice"], "status":["alice"], "work":["alice"]}}`)
-	eventually(t, "box to lose the work right", func() bool {
-		return s.do("POST", "/resize/claim", boxToken, `{}`).Status == 403
+	for _, c := range []struct {
+		name string
+		k    *socket
+	}{{"holding", k}, {"waiting", waiting}} {
+		if m := c.k.next(); m["type"] != "error" || m["error"] != "forbidden" {
+			t.Errorf("%s worker socket after box lost the work right: %v, want forbidden", c.name, m)
+		}
+		if code := c.k.closed(); code != websocket.ClosePolicyViolation {
+			t.Errorf("%s worker socket closed with %d, want %d", c.name, code, websocket.ClosePolicyViolation)
+		}
+	}
+	if code := watch.closed(); code != websocket.ClosePolicyViolation {
+		t.Errorf("watch socket closed with %d, want %d", code, websocket.ClosePolicyViolation)
+	}
+	eventually(t, "task "+first+" pending again, its worker let go", func() bool {
+		return exists(s.taskFile("resize", "pending", first))
 	})
+
+	// The waiting claim was dropped, not left to take the next task.
 	second := s.post("resize", aliceToken, `{"url":"b"}`)
-	if m := waiting.next(); m["type"] != "error" || m["error"] != "forbidden" || m["ref"] != float64(7) {
-		t.Errorf("a claim that waited while its worker lost the right: %v, want forbidden", m)
+	claim := func() map[string]any {
+		r := s.do("POST", "/resize/claim", aliceToken, `{}`)
+		if r.Status != http.StatusOK {
+			t.Fatalf("claim as alice: %d %s", r.Status, r.Body)
+		}
+		return r.JSON(t)
 	}
-	if code := waiting.closed(); code != websocket.ClosePolicyViolation {
-		t.Errorf("waiting socket closed with %d, want %d", code, websocket.ClosePolicyViolation)
+	if got := claim(); got["id"] != first {
+		t.Errorf("alice claimed %v, want %s back", got["id"], first)
 	}
-	k.send(`{"type":"claim","ref":3}`)
-	if m := k.next(); m["type"] != "error" || m["error"] != "forbidden" || m["ref"] != float64(3) {
-		t.Errorf("a claim by a worker no longer allowed: %v, want forbidden", m)
-	}
-	if code := k.closed(); code != websocket.ClosePolicyViolation {
-		t.Errorf("socket closed with %d, want %d", code, websocket.ClosePolicyViolation)
-	}
-	for _, id := range []string{first, second} {
-		eventually(t, "task "+id+" pending again, its worker let go", func() bool {
-			return exists(s.taskFile("resize", "pending", id))
-		})
+	if got := claim(); got["id"] != second || got["attempts"] != float64(1) {
+		t.Errorf("alice claimed %v, want %s at its first attempt", got, second)
 	}
 }

@@ -359,7 +359,7 @@ var NotifyModule = fx.Module("notify",
 
 // ConfigModule loads the hosts folder and watches it for changes.
 var ConfigModule = fx.Module("folderconfig",
-	fx.Provide(func(lc fx.Lifecycle, cfg Config, logger *zap.Logger) (ports.Config, error) {
+	fx.Provide(func(lc fx.Lifecycle, cfg Config, logger *zap.Logger) (*folderconfig.Live, error) {
 		live, err := folderconfig.New(cfg.Hosts, logger.Named("config"))
 		if err != nil {
 			return nil, err
@@ -367,6 +367,7 @@ var ConfigModule = fx.Module("folderconfig",
 		lc.Append(fx.StartStopHook(live.Start, live.Stop))
 		return live, nil
 	}),
+	fx.Provide(func(live *folderconfig.Live) ports.Config { return live }),
 )
 
 // SchemaModule provides the compiler for claim queries.
@@ -627,6 +628,12 @@ var WSModule = fx.Module("wsapi",
 		return s
 	}),
 	fx.Provide(func(s *wsapi.Sockets) httpapi.Sockets { return s }),
+	// A reload reaches the open sockets: those whose queue went or whose
+	// right was taken are let go. Off the reloading goroutine, which should
+	// not wait on sockets.
+	fx.Invoke(func(live *folderconfig.Live, s *wsapi.Sockets) {
+		live.OnReload(func(*folderconfig.Snapshot) { go s.Recheck() })
+	}),
 )
 
 // DashboardModule serves the live dashboard at /_dash of every host
