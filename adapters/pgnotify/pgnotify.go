@@ -120,10 +120,11 @@ type Notifier struct {
 
 	pool *pgxpool.Pool
 
-	mu     sync.Mutex
-	queued [][]byte
-	more   chan struct{} // signalled when queued grows
-	seq    uint64
+	mu      sync.Mutex
+	queued  [][]byte
+	sending bool          // the sender holds a batch taken from queued, not yet sent
+	more    chan struct{} // signalled when queued grows
+	seq     uint64
 
 	watched sync.Map // domain.Key → *atomic.Int64: local subscriptions
 	recent  recent   // the records announced here lately (Readable)
@@ -235,10 +236,13 @@ func (n *Notifier) Stop() {
 	}
 	deadline := time.Now().Add(time.Second)
 	for time.Now().Before(deadline) {
+		// A batch the sender has taken is not queued any more, but not
+		// sent either: cancelling now would lose it (the last news of a
+		// server shutting down, its sockets' tasks re-queued).
 		n.mu.Lock()
-		left := len(n.queued)
+		left := len(n.queued) > 0 || n.sending
 		n.mu.Unlock()
-		if left == 0 {
+		if !left {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -366,6 +370,7 @@ func (n *Notifier) send(ctx context.Context) {
 			n.mu.Lock()
 			batch := n.queued
 			n.queued = nil
+			n.sending = len(batch) > 0 // cleared once sent (Stop waits for it)
 			n.mu.Unlock()
 			if len(batch) == 0 {
 				break
