@@ -126,9 +126,10 @@ type Notifier struct {
 	more    chan struct{} // signalled when queued grows
 	seq     uint64
 
-	watched sync.Map // domain.Key → *atomic.Int64: local subscriptions
-	recent  recent   // the records announced here lately (Readable)
-	heard   heard    // the attempts other servers announced lately (Heard)
+	watchMu sync.Mutex
+	watched map[domain.Key]int // local subscriptions by task; an entry goes with its last
+	recent  recent             // the records announced here lately (Readable)
+	heard   heard              // the attempts other servers announced lately (Heard)
 
 	others atomic.Bool   // another server may listen: send (Alone)
 	met    atomic.Int64  // when others became true, Unix ns by this machine's clock (meet)
@@ -156,6 +157,7 @@ func New(hub Hub, url string, get Getter, logger *zap.Logger) *Notifier {
 	return &Notifier{
 		hub: hub, url: url, get: get, logger: logger, id: id, own: []byte(`{"s":"` + id + `",`),
 		more: make(chan struct{}, 1), listened: make(chan struct{}), acks: make(chan struct{}, 64),
+		watched: make(map[domain.Key]int),
 	}
 }
 
@@ -307,26 +309,41 @@ func (n *Notifier) Await(ctx context.Context, q domain.QueueRef, try func() (boo
 // that a notification without its record is read from the store only when
 // someone here watches.
 func (n *Notifier) Subscribe(k domain.Key, buffer int) ports.Subscription {
-	c, _ := n.watched.LoadOrStore(k, new(atomic.Int64))
-	count := c.(*atomic.Int64)
-	count.Add(1)
-	return &subscription{Subscription: n.hub.Subscribe(k, buffer), count: count}
+	n.watchMu.Lock()
+	n.watched[k]++
+	n.watchMu.Unlock()
+	return &subscription{Subscription: n.hub.Subscribe(k, buffer), n: n, key: k}
 }
 
 type subscription struct {
 	ports.Subscription
-	once  sync.Once
-	count *atomic.Int64
+	once sync.Once
+	n    *Notifier
+	key  domain.Key
 }
 
 func (s *subscription) Close() {
-	s.once.Do(func() { s.count.Add(-1) })
+	s.once.Do(func() { s.n.unwatch(s.key) })
 	s.Subscription.Close()
 }
 
+// unwatch counts one subscription of k fewer. The entry goes with the last
+// one: every claim on a worker socket subscribes to its task, so entries
+// kept would grow with every task this server ever handed out.
+func (n *Notifier) unwatch(k domain.Key) {
+	n.watchMu.Lock()
+	defer n.watchMu.Unlock()
+	if n.watched[k] <= 1 {
+		delete(n.watched, k)
+	} else {
+		n.watched[k]--
+	}
+}
+
 func (n *Notifier) watchedHere(k domain.Key) bool {
-	c, ok := n.watched.Load(k)
-	return ok && c.(*atomic.Int64).Load() > 0
+	n.watchMu.Lock()
+	defer n.watchMu.Unlock()
+	return n.watched[k] > 0
 }
 
 // enqueue encodes m (without its record if that is too long) and queues
