@@ -100,6 +100,8 @@ type Hub interface {
 	// Interrupt wakes every waiting claim once and cuts off every
 	// subscription: news may have been missed.
 	Interrupt()
+	// CutOff cuts off every subscription of task k: its news was missed.
+	CutOff(k domain.Key)
 }
 
 // Getter reads a task's current record: the store, for notifications too
@@ -547,6 +549,10 @@ func (n *Notifier) receive(ctx context.Context, payload []byte) {
 		if m.Claimable {
 			n.hub.Wake(q, 1)
 		}
+		// Its watchers missed this change: carrying on, they would take
+		// the next one for the task's whole story (a result never seen).
+		// Cut off, they start over from a fresh read.
+		n.hub.CutOff(k)
 		return
 	}
 	ev.Task = t
