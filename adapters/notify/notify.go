@@ -275,6 +275,18 @@ func (h *Hub) Interrupt() {
 	}
 }
 
+// CutOff cuts off every subscription of task k (Lost), so each watcher
+// starts over from a fresh read: news of k was missed (a Notifier that
+// carries news between servers could not read a record it was told of).
+func (h *Hub) CutOff(k domain.Key) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.subs[k] {
+		s.lost.Store(true)
+		h.drop(s)
+	}
+}
+
 // wakeNext gives wake n to the waiter longest in q's line, if it joined
 // before the wake: one that joined later looked for tasks after this one
 // was there, and reports whether one did. told says woken was told of the

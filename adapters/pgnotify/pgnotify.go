@@ -100,6 +100,8 @@ type Hub interface {
 	// Interrupt wakes every waiting claim once and cuts off every
 	// subscription: news may have been missed.
 	Interrupt()
+	// CutOff cuts off every subscription of task k: its news was missed.
+	CutOff(k domain.Key)
 }
 
 // Getter reads a task's current record: the store, for notifications too
@@ -120,14 +122,16 @@ type Notifier struct {
 
 	pool *pgxpool.Pool
 
-	mu     sync.Mutex
-	queued [][]byte
-	more   chan struct{} // signalled when queued grows
-	seq    uint64
+	mu      sync.Mutex
+	queued  [][]byte
+	sending bool          // the sender holds a batch taken from queued, not yet sent
+	more    chan struct{} // signalled when queued grows
+	seq     uint64
 
-	watched sync.Map // domain.Key → *atomic.Int64: local subscriptions
-	recent  recent   // the records announced here lately (Readable)
-	heard   heard    // the attempts other servers announced lately (Heard)
+	watchMu sync.Mutex
+	watched map[domain.Key]int // local subscriptions by task; an entry goes with its last
+	recent  recent             // the records announced here lately (Readable)
+	heard   heard              // the attempts other servers announced lately (Heard)
 
 	others atomic.Bool   // another server may listen: send (Alone)
 	met    atomic.Int64  // when others became true, Unix ns by this machine's clock (meet)
@@ -155,6 +159,7 @@ func New(hub Hub, url string, get Getter, logger *zap.Logger) *Notifier {
 	return &Notifier{
 		hub: hub, url: url, get: get, logger: logger, id: id, own: []byte(`{"s":"` + id + `",`),
 		more: make(chan struct{}, 1), listened: make(chan struct{}), acks: make(chan struct{}, 64),
+		watched: make(map[domain.Key]int),
 	}
 }
 
@@ -235,10 +240,13 @@ func (n *Notifier) Stop() {
 	}
 	deadline := time.Now().Add(time.Second)
 	for time.Now().Before(deadline) {
+		// A batch the sender has taken is not queued any more, but not
+		// sent either: cancelling now would lose it (the last news of a
+		// server shutting down, its sockets' tasks re-queued).
 		n.mu.Lock()
-		left := len(n.queued)
+		left := len(n.queued) > 0 || n.sending
 		n.mu.Unlock()
-		if left == 0 {
+		if !left {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -303,26 +311,41 @@ func (n *Notifier) Await(ctx context.Context, q domain.QueueRef, try func() (boo
 // that a notification without its record is read from the store only when
 // someone here watches.
 func (n *Notifier) Subscribe(k domain.Key, buffer int) ports.Subscription {
-	c, _ := n.watched.LoadOrStore(k, new(atomic.Int64))
-	count := c.(*atomic.Int64)
-	count.Add(1)
-	return &subscription{Subscription: n.hub.Subscribe(k, buffer), count: count}
+	n.watchMu.Lock()
+	n.watched[k]++
+	n.watchMu.Unlock()
+	return &subscription{Subscription: n.hub.Subscribe(k, buffer), n: n, key: k}
 }
 
 type subscription struct {
 	ports.Subscription
-	once  sync.Once
-	count *atomic.Int64
+	once sync.Once
+	n    *Notifier
+	key  domain.Key
 }
 
 func (s *subscription) Close() {
-	s.once.Do(func() { s.count.Add(-1) })
+	s.once.Do(func() { s.n.unwatch(s.key) })
 	s.Subscription.Close()
 }
 
+// unwatch counts one subscription of k fewer. The entry goes with the last
+// one: every claim on a worker socket subscribes to its task, so entries
+// kept would grow with every task this server ever handed out.
+func (n *Notifier) unwatch(k domain.Key) {
+	n.watchMu.Lock()
+	defer n.watchMu.Unlock()
+	if n.watched[k] <= 1 {
+		delete(n.watched, k)
+	} else {
+		n.watched[k]--
+	}
+}
+
 func (n *Notifier) watchedHere(k domain.Key) bool {
-	c, ok := n.watched.Load(k)
-	return ok && c.(*atomic.Int64).Load() > 0
+	n.watchMu.Lock()
+	defer n.watchMu.Unlock()
+	return n.watched[k] > 0
 }
 
 // enqueue encodes m (without its record if that is too long) and queues
@@ -366,6 +389,7 @@ func (n *Notifier) send(ctx context.Context) {
 			n.mu.Lock()
 			batch := n.queued
 			n.queued = nil
+			n.sending = len(batch) > 0 // cleared once sent (Stop waits for it)
 			n.mu.Unlock()
 			if len(batch) == 0 {
 				break
@@ -525,6 +549,10 @@ func (n *Notifier) receive(ctx context.Context, payload []byte) {
 		if m.Claimable {
 			n.hub.Wake(q, 1)
 		}
+		// Its watchers missed this change: carrying on, they would take
+		// the next one for the task's whole story (a result never seen).
+		// Cut off, they start over from a fresh read.
+		n.hub.CutOff(k)
 		return
 	}
 	ev.Task = t

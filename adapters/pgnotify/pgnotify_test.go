@@ -381,3 +381,35 @@ func TestHeardNotesOtherServersNewsByAttempt(t *testing.T) {
 		t.Error("a notification without its record does not count as any attempt")
 	}
 }
+
+type failingGetter struct{}
+
+func (failingGetter) Get(context.Context, domain.Key) (domain.Task, error) {
+	return domain.Task{}, errors.New("connection refused")
+}
+
+// A record too large for a notification that cannot be read for the
+// watchers (the store failed) cuts those watchers off, to start over from
+// a fresh read: carrying on would show them the next change as if this one
+// had never been (a result missed, a watch that never ends).
+func TestLargeRecordNotReadCutsOffItsWatchers(t *testing.T) {
+	url := pgtest.Database(t)
+	a, b := start(t, url, nil), start(t, url, failingGetter{})
+	sub := b.Subscribe(domain.Key{Host: resize.Host, Queue: resize.Queue, ID: id}, 4)
+	defer sub.Close()
+	large := posted(0)
+	large.Task.Item = json.RawMessage(`{"blob":"` + strings.Repeat("x", 20_000) + `"}`)
+	a.Publish(large)
+	a.Publish(posted(1))
+	select {
+	case ev, ok := <-sub.C():
+		if ok {
+			t.Fatalf("the watcher on B got attempt %d after missing the change before it", ev.Task.Attempts)
+		}
+		if !sub.Lost() {
+			t.Error("the watcher on B was closed but not told it lost track")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watcher on B heard nothing")
+	}
+}
