@@ -25,6 +25,7 @@ import (
 	"github.com/taskhoster/taskhoster/adapters/schema"
 	"github.com/taskhoster/taskhoster/app"
 	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
 )
 
 const (
@@ -47,6 +48,12 @@ type fixture struct {
 }
 
 func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	return newFixtureOn(t, clock.System{})
+}
+
+// newFixtureOn is newFixture with the service and the dashboard on clk.
+func newFixtureOn(t *testing.T, clk ports.Clock) *fixture {
 	t.Helper()
 	dir := t.TempDir()
 	files := map[string]string{
@@ -74,10 +81,10 @@ func newFixture(t *testing.T) *fixture {
 	hub := notify.NewHub()
 	svc := app.New(app.Deps{
 		Repo: index.New(), Syncer: nopSync{}, Log: &memlog.Log{}, Notifier: hub,
-		Clock: clock.System{}, Compiler: schema.Compiler{}, Pauses: &pauses{}, Observer: activity,
+		Clock: clk, Compiler: schema.Compiler{}, Pauses: &pauses{}, Observer: activity,
 	})
 	d := dashboard.New(dashboard.Options{
-		Service: svc, Config: config, Activity: activity, Waiting: hub, Clock: clock.System{}, Push: 10 * time.Millisecond,
+		Service: svc, Config: config, Activity: activity, Waiting: hub, Clock: clk, Push: 10 * time.Millisecond,
 	})
 	t.Cleanup(func() { _ = d.Close(context.Background()) })
 	return &fixture{api: httpapi.New(svc, config, httpapi.Options{Dashboard: d}), svc: svc, activity: activity, dash: d, config: config}

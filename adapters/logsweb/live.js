@@ -8,7 +8,17 @@
   if (!root || !window.EventSource) {
     return;
   }
-  const state = document.getElementById("live");
+  // What the page says of the stream. The place it says it (#live) sits
+  // in a part that is swapped, whose fresh copy is empty: so it is looked
+  // up each time, and said again after a swap.
+  let said = "";
+  function say(text) {
+    said = text;
+    const el = document.getElementById("live");
+    if (el) {
+      el.textContent = text;
+    }
+  }
   let seen = root.dataset.latest;
   let busy = false;
   let again = false;
@@ -29,6 +39,7 @@
             el.replaceWith(document.adoptNode(fresh));
           }
         }
+        say(said);
       }
     } finally {
       busy = false;
@@ -54,14 +65,6 @@
       }
     }
   });
-  stream.onopen = () => {
-    if (state) {
-      state.textContent = "live: new lines appear as they are pulled";
-    }
-  };
-  stream.onerror = () => {
-    if (state) {
-      state.textContent = "not live: reconnecting to logs serve…";
-    }
-  };
+  stream.onopen = () => say("live: new lines appear as they are pulled");
+  stream.onerror = () => say("not live: reconnecting to logs serve…");
 })();

@@ -17,7 +17,9 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -68,7 +70,42 @@ func New(store Store, onError func(error)) *Handler {
 	return h
 }
 
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !loopbackName(r) {
+		h.message(w, http.StatusForbidden, "logs serve answers on this machine's own addresses only to localhost or an IP address.")
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// loopbackName tells whether r may be answered: any request that came in
+// on an address other than loopback (logs serve was told to listen there),
+// and on loopback one whose Host is localhost, a *.localhost name or an IP
+// address. The pages ask for no password, so a web page elsewhere could
+// point a name of its own at 127.0.0.1 (DNS rebinding) and read every line
+// and payload of the mirror as its own origin; a browser sends that name
+// as the Host, and no resolver can make an IP address or localhost mean
+// another site.
+func loopbackName(r *http.Request) bool {
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	if !ok {
+		return true // not from a listener
+	}
+	tcp, ok := local.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsLoopback() {
+		return true
+	}
+	name := r.Host
+	if h, _, err := net.SplitHostPort(name); err == nil {
+		name = h
+	}
+	name = strings.TrimSuffix(strings.ToLower(strings.Trim(name, "[]")), ".")
+	if _, err := netip.ParseAddr(name); err == nil {
+		return true
+	}
+	// An HTTP/1.0 request without a Host comes from no browser.
+	return name == "" || name == "localhost" || strings.HasSuffix(name, ".localhost")
+}
 
 // Links a page builds.
 

@@ -365,3 +365,46 @@ func FuzzList(f *testing.F) {
 		}
 	})
 }
+
+// A web page elsewhere can point a name of its own at 127.0.0.1 (DNS
+// rebinding) and make the browser read logs serve as that page's origin.
+// On a loopback address only a loopback name is answered, so such a page
+// reads no line and no payload; localhost, *.localhost and IPs still are.
+func TestForeignHostNameOnLoopbackIsRefused(t *testing.T) {
+	srv := httptest.NewServer(logsweb.New(fixture(t), nil))
+	t.Cleanup(srv.Close)
+	port := srv.URL[strings.LastIndexByte(srv.URL, ':')+1:]
+	ask := func(hostHeader, path string) (int, string) {
+		t.Helper()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel() // ends a /live stream, which is read no further than its start
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = hostHeader
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.Header.Get("Content-Type") == "text/event-stream" {
+			return resp.StatusCode, "a stream"
+		}
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	for _, name := range []string{"attacker.example:" + port, "attacker.example", "rebind.attacker.example:" + port} {
+		for _, path := range []string{"/", "/tasks/" + host + "/" + queue + "/" + idA, "/payloads/" + host + "/" + queue + "/" + idA + "/item.json", "/live"} {
+			status, body := ask(name, path)
+			if status != http.StatusForbidden || strings.Contains(body, idA) || strings.Contains(body, "ex.com") {
+				t.Errorf("Host %s, GET %s: %d %.200q, want 403 without the mirror's data", name, path, status, body)
+			}
+		}
+	}
+	for _, name := range []string{"127.0.0.1:" + port, "localhost:" + port, "LOCALHOST:" + port, "logs.localhost:" + port, "[::1]:" + port} {
+		if status, body := ask(name, "/"); status != http.StatusOK || !strings.Contains(body, idA) {
+			t.Errorf("Host %s: %d, want 200 with the events", name, status)
+		}
+	}
+}

@@ -139,7 +139,12 @@ document.getElementById("signout").addEventListener("click", () => setToken(""))
 function mergeRates(name, seconds) {
   let m = state.rates.get(name);
   if (!m) state.rates.set(name, (m = new Map()));
-  for (const [sec, p, f, x] of seconds) m.set(sec, [p, f, x]);
+  // A second's counts only grow, so the larger of two readings is the
+  // newer: an hour read while snapshots keep coming does not undo them.
+  for (const [sec, p, f, x] of seconds) {
+    const was = m.get(sec) || [0, 0, 0];
+    m.set(sec, [Math.max(p, was[0]), Math.max(f, was[1]), Math.max(x, was[2])]);
+  }
   const oldest = Math.floor(serverNow() / 1000) - HOUR;
   for (const sec of m.keys()) if (sec <= oldest) m.delete(sec);
 }
@@ -196,11 +201,23 @@ async function start() {
     return;
   }
   route();
-  connect();
+  connect(false);
+}
+
+// catchUp reads the last hour of rates again: a snapshot carries only its
+// last few seconds, so the seconds of a longer outage of the socket would
+// stay a hole in the charts.
+async function catchUp(ws) {
+  let summary;
+  try { summary = await api("GET", "/_dash/api/queues"); } catch (e) { return; }
+  if (state.socket !== ws) return; // signed out or in meanwhile
+  for (const q of summary.queues) if (state.queues.has(q.name)) mergeRates(q.name, q.rates);
+  if (state.view) state.view.figures();
 }
 
 // connect opens the live socket; it says who we are in its first message.
-function connect() {
+// A socket that resumes after a lost one catches up on the rates.
+function connect(resumed) {
   const live = document.getElementById("live");
   const ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + "/_dash/live");
   state.socket = ws;
@@ -220,12 +237,13 @@ function connect() {
       state.view.figures();
       for (const name of changed) state.view.changed(name);
     }
+    if (resumed) { resumed = false; catchUp(ws); }
   };
   ws.onclose = () => {
     live.className = "live off";
     live.textContent = "reconnecting";
     if (state.socket !== ws) return;
-    setTimeout(() => { if (state.socket === ws) connect(); }, state.retryIn);
+    setTimeout(() => { if (state.socket === ws) connect(true); }, state.retryIn);
     state.retryIn = Math.min(state.retryIn * 2, 10000);
   };
 }
