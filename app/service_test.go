@@ -565,6 +565,38 @@ func TestABatchWhoseLogFailsIsTakenBackDurably(t *testing.T) {
 	}
 }
 
+// TestABatchTakenBackEndsItsTasksInTheLog: the items of a batch stored
+// before one failed have their posted lines written; taken back, each gets
+// a cleaned line, so no task of the log vanishes unsaid (a worker may have
+// claimed it meanwhile). The item whose line failed has no line at all.
+func TestABatchTakenBackEndsItsTasksInTheLog(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	appends := 0
+	f.log.BeforeAppend(func() {
+		switch appends++; appends {
+		case 3: // the third item's posted line
+			f.log.Fail(&domain.Error{Kind: domain.KindUnavailable, Code: "log_unavailable", Message: "disc full for a moment"})
+		case 4:
+			f.log.Fail(nil)
+		}
+	})
+	items := [][]byte{[]byte(`{"url":"a"}`), []byte(`{"url":"b"}`), []byte(`{"url":"c"}`)}
+	if _, err := f.svc.PostBatch(context.Background(), f.q, "", items, app.PostOptions{}); domain.KindOf(err) != domain.KindUnavailable {
+		t.Fatalf("batch with a failing line: %v", err)
+	}
+	if n := f.repo.Counts(f.q.Ref()); n != (ports.Counts{}) {
+		t.Errorf("unacknowledged batch left tasks: %+v", n)
+	}
+	var got []string
+	for _, ev := range f.log.Events() {
+		got = append(got, string(ev.Kind)+" "+string(ev.Task.Item))
+	}
+	want := []string{`posted {"url":"a"}`, `posted {"url":"b"}`, `cleaned {"url":"a"}`, `cleaned {"url":"b"}`}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("event lines (-want +got):\n%s", diff)
+	}
+}
+
 // TestEventsInStoreOrder: concurrent transitions of one task reach the log
 // in the order they were stored, so the last logged progress is the stored one.
 func TestEventsInStoreOrder(t *testing.T) {

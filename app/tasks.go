@@ -130,7 +130,7 @@ func (s *Service) PostBatch(ctx context.Context, q *domain.Queue, user string, i
 	for i, doc := range docs {
 		t, err := s.create(ctx, q, user, doc, posting, ids[i], now)
 		if err != nil {
-			s.takeBack(ctx, tasks...) // all or nothing
+			s.takeBack(ctx, q, true, tasks...) // all or nothing
 			return nil, err
 		}
 		tasks = append(tasks, t)
@@ -169,7 +169,7 @@ func (s *Service) create(ctx context.Context, q *domain.Queue, user string, item
 		case stored:
 			// Unlogged, the post is not acknowledged; take the task back so
 			// the client's retry does not leave a twin behind.
-			s.takeBack(ctx, t)
+			s.takeBack(ctx, q, false, t)
 			return domain.Task{}, err
 		case errors.Is(err, domain.ErrKeyTaken):
 			return domain.Task{}, err
@@ -187,13 +187,28 @@ func (s *Service) create(ctx context.Context, q *domain.Queue, user string, item
 // answer must not bring it back beside the client's retry. It runs to its
 // end even if the client has gone (its retry may come), and does its best:
 // a failing store fails the answer anyway.
-func (s *Service) takeBack(ctx context.Context, tasks ...domain.Task) {
+//
+// A task whose posted line is written (logged: the items of a batch before
+// the one that failed) is deleted with a cleaned line, as retention would,
+// so the log never tells of a task that vanished unsaid; a worker may even
+// have claimed it meanwhile, and its report then finds no task.
+func (s *Service) takeBack(ctx context.Context, q *domain.Queue, logged bool, tasks ...domain.Task) {
 	if len(tasks) == 0 {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
+	now := s.clock.Now()
 	for _, t := range tasks {
-		_ = s.repo.Delete(ctx, domain.KeyOf(t), nil, nil)
+		if !logged {
+			_ = s.repo.Delete(ctx, domain.KeyOf(t), nil, nil)
+			continue
+		}
+		var ev domain.Event
+		sctx, then := s.staging(ctx, q, &ev)
+		_ = s.repo.Delete(sctx, domain.KeyOf(t), func(stored domain.Task) error {
+			ev = stored.Clean(now)
+			return nil
+		}, then)
 	}
 	_ = s.syncer.Sync(ctx)
 }
