@@ -403,6 +403,13 @@ class Client:
             if not 200 <= resp.status <= 299:
                 raise _error(resp.status, resp.reason, resp.read(_MAX_ERROR_BODY))
             raw = resp.read()
+        except http.client.HTTPException as e:
+            # A garbled or cut answer (BadStatusLine, IncompleteRead) is
+            # connection trouble like a reset, which callers retry; only
+            # some of http.client's are OSErrors already.
+            if isinstance(e, OSError):
+                raise
+            raise ConnectionError(f"{method} {path}: broken answer: {e!r}") from e
         finally:
             conn.close()
         try:

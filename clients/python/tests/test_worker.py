@@ -4,6 +4,7 @@ that is not there yet."""
 
 from __future__ import annotations
 
+import http.client
 import logging
 import shutil
 import tempfile
@@ -191,6 +192,44 @@ class WorkerTest(ServerTest):
         self.assertIsInstance(first.error, ConnectionResetError)
         view = self.alice.status("resize", task_id)
         self.assertEqual((view.status, view.attempts, view.result), ("finished", 2, {"attempt": 2}))
+
+    def test_a_broken_answer_to_a_claim_is_claimed_again(self) -> None:
+        # A claim whose answer comes garbled (http.client raises BadStatusLine,
+        # no OSError) is connection trouble: the slot claims again, rather
+        # than end and leave the worker a slot short, here without any. The
+        # task is posted after: a task the garbled claim took would stay
+        # with this worker until its lease lapsed.
+        garbled = threading.Event()
+
+        class Garbled(http.client.HTTPConnection):
+            def getresponse(self) -> http.client.HTTPResponse:
+                garbled.set()
+                raise http.client.BadStatusLine("HTTX/9 ???")
+
+        class GarblesFirstClaim(Client):
+            garbled = False
+
+            def _connection(self, timeout: float) -> http.client.HTTPConnection:
+                if not GarblesFirstClaim.garbled:
+                    GarblesFirstClaim.garbled = True
+                    return Garbled(self._netloc, timeout=timeout)
+                return super()._connection(timeout)
+
+        client = GarblesFirstClaim(self.server.url, host=HOST, token=BOX)
+        posted: list[str] = []
+
+        def post_once_garbled() -> None:
+            if garbled.wait(30):
+                posted.append(self.alice.post("resize", {"url": "u"}))
+
+        poster = threading.Thread(target=post_once_garbled)
+        poster.start()
+        outcomes = self.work("resize", lambda t: {"thumb": "t"}, limit=1, client=client, min_backoff=0.01, max_backoff=0.05)
+        poster.join(30)
+        self.assertTrue(garbled.is_set())
+        task_id = posted[0]
+        self.assertEqual([(o.task.id, o.sent) for o in outcomes], [(task_id, "result")])
+        self.assertEqual(self.alice.status("resize", task_id).status, "finished")
 
     def test_a_refused_first_claim_ends_run(self) -> None:
         for client, queue, code in (
