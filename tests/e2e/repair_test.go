@@ -57,3 +57,41 @@ func TestRepairAfterALongStopWithACorruptFile(t *testing.T) {
 		})
 	}
 }
+
+// TestCorruptReportOutlivesAPowerLoss: the failed line of a task file set
+// aside at start-up is made durable with the move aside, before anything
+// is served. A power loss soon after the start must not lose it: the file
+// is in corrupt/ by then and no later start reports it again, and the
+// repair would take the task, gone from the store after its posted line,
+// for one whose clean was cut.
+func TestCorruptReportOutlivesAPowerLoss(t *testing.T) {
+	t.Parallel()
+	d := newDirs(t)
+	s := start(t, d, "--sync", "always")
+	id := s.post("resize", aliceToken, `{"url":"a"}`)
+	s.stop()
+	days, _ := filepath.Glob(filepath.Join(d.logs, "tasks", "*.jsonl"))
+	if len(days) != 1 {
+		t.Fatalf("day files: %v", days)
+	}
+	before, err := os.ReadFile(days[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, s.taskFile("resize", "pending", id), "{not json")
+
+	s = start(t, d, "--sync", "always")
+	if got := s.eventsOf(id); !slices.Equal(got, []string{"posted", "failed"}) {
+		t.Fatalf("events of %s after the start = %v", id, got)
+	}
+	s.kill()
+	// The power loss: what no commit made durable never reached the disc.
+	if err := os.WriteFile(days[0], before, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	s = startAfterReboot(t, d, "--sync", "always")
+	if got, want := s.eventsOf(id), []string{"posted", "failed"}; !slices.Equal(got, want) {
+		t.Errorf("events of %s after the power loss = %v, want %v", id, got, want)
+	}
+}

@@ -432,7 +432,7 @@ var ServiceModule = fx.Module("app",
 			MaxWaiting: d.Config.MaxWaiting, Pauses: d.Pauses, MovesBackAtOnce: movesBack,
 		})
 	}),
-	fx.Invoke(func(lc fx.Lifecycle, cfg Config, svc *app.Service, corrupt corruptFiles, config ports.Config, logger *zap.Logger) {
+	fx.Invoke(func(lc fx.Lifecycle, cfg Config, svc *app.Service, corrupt corruptFiles, config ports.Config, syncer ports.Syncer, logger *zap.Logger) {
 		lc.Append(fx.StartHook(func(ctx context.Context) error {
 			files := corrupt()
 			// The repair goes first: it judges the log as the crash left
@@ -453,6 +453,16 @@ var ServiceModule = fx.Module("app",
 				logger.Warn("corrupt task file moved aside", zap.String("path", c.Path), zap.Error(c.Err))
 				if err := svc.ReportCorrupt(ctx, c.Host, c.Queue, c.ID); err != nil {
 					return err
+				}
+			}
+			// The moves aside are durable since the store's Open, and no
+			// later start reports them again: their lines are made durable
+			// now, in one commit, not at whatever commit comes next (a power
+			// loss before it would lose them, and a task whose last line was
+			// then of its life would pass for one whose clean was cut).
+			if len(files) > 0 {
+				if err := syncer.Sync(ctx); err != nil {
+					return fmt.Errorf("log corrupt task files: %w", err)
 				}
 			}
 			return nil
