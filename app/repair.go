@@ -70,7 +70,14 @@ const (
 // returns the events it appended (none when the log and the store agree, as
 // after a clean stop). It must run before the service serves anything: it
 // assumes no transition runs beside it. Running it again appends nothing.
-func (s *Service) RepairLog(ctx context.Context, queues []*domain.Queue, tail LogTail) ([]domain.Event, error) {
+//
+// setAside are the tasks whose files this start found corrupt and moved
+// aside (ReportCorrupt): gone from the store without a clean, so none of
+// them is taken for one whose cleaned line was cut. Their failed lines are
+// written after the repair, not before: the repair judges the log as the
+// crash left it, and a line stamped now would move its window past the
+// crash when the restart comes more than repairWindow later.
+func (s *Service) RepairLog(ctx context.Context, queues []*domain.Queue, tail LogTail, setAside []domain.Key) ([]domain.Event, error) {
 	newest := make(map[domain.QueueRef][]domain.Task, len(queues))
 	for _, q := range queues {
 		ts, err := s.recentChanges(ctx, q.Ref())
@@ -86,7 +93,7 @@ func (s *Service) RepairLog(ctx context.Context, queues []*domain.Queue, tail Lo
 
 	var appended []domain.Event
 	for _, q := range queues {
-		cleaned, err := s.cutClean(ctx, q, read)
+		cleaned, err := s.cutClean(ctx, q, read, setAside)
 		if err != nil {
 			return appended, err
 		}
@@ -465,14 +472,15 @@ func gaveBackWithReason(t domain.Task, last seenLine, found bool) bool {
 // task the store no longer holds and is not its cleaned line, the task was
 // deleted by a clean whose line was cut. (A task set aside as corrupt has
 // a failed line with error "corrupt" instead, or without an error from a
-// server before SPEC §11, and is left alone.) The line a clean writes
+// server before SPEC §11, and is left alone; so is a task this start set
+// aside, whose failed line comes after the repair.) The line a clean writes
 // carries the task as it was; here only what its last line said is known:
 // id, status and attempts.
-func (s *Service) cutClean(ctx context.Context, q *domain.Queue, read *tailRead) ([]domain.Event, error) {
+func (s *Service) cutClean(ctx context.Context, q *domain.Queue, read *tailRead, setAside []domain.Key) ([]domain.Event, error) {
 	last, ok := read.queueLast[q.Ref()]
-	setAside := last.line.event == domain.EventFailed &&
+	logged := last.line.event == domain.EventFailed &&
 		(last.line.errCode == domain.CorruptError || last.line.errCode == "")
-	if !ok || last.line.event == domain.EventCleaned || setAside {
+	if !ok || last.line.event == domain.EventCleaned || logged || slices.Contains(setAside, last.key) {
 		return nil, nil
 	}
 	_, err := s.repo.Get(ctx, last.key)

@@ -84,7 +84,7 @@ func (w *world) repair(queues ...*domain.Queue) []domain.Event {
 	if len(queues) == 0 {
 		queues = []*domain.Queue{w.q}
 	}
-	evs, err := w.svc.RepairLog(w.ctx, queues, eventlog.NewReader(w.dir))
+	evs, err := w.svc.RepairLog(w.ctx, queues, eventlog.NewReader(w.dir), nil)
 	if err != nil {
 		w.t.Fatalf("repair: %v", err)
 	}
@@ -597,6 +597,25 @@ func TestRepairCutCleanOfAFailedTask(t *testing.T) {
 	}
 }
 
+// TestRepairLeavesTasksSetAsideThisStartAlone: a task whose file this
+// start moved to corrupt/ is gone from the store, its queue's last line
+// is of it, and its failed line comes after the repair: it is not taken
+// for a task whose clean was cut.
+func TestRepairLeavesTasksSetAsideThisStartAlone(t *testing.T) {
+	w := newWorld(t, domain.DefaultSettings())
+	w.post()
+	id := w.claim("w1").ID
+	k := domain.Key{Host: w.q.Host, Queue: w.q.Name, ID: id}
+	if err := w.repo.Delete(w.ctx, k, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	w.start()
+	evs, err := w.svc.RepairLog(w.ctx, []*domain.Queue{w.q}, eventlog.NewReader(w.dir), []domain.Key{k})
+	if err != nil || len(evs) != 0 {
+		t.Errorf("repair appended %v (%v), want nothing", kinds(evs), err)
+	}
+}
+
 // TestRepairCutCleanBehindOtherLines pins down the limit of the above: when
 // the queue has lines of other tasks after the cleaned task's last one (the
 // sweep cleaned another task just before, say), the cut clean is not found.
@@ -788,7 +807,7 @@ func TestRepairGivesUpPastItsBudget(t *testing.T) {
 				return
 			}
 		}
-	}))
+	}), nil)
 	if err != nil || len(evs) != 0 {
 		t.Fatalf("repair: %v %v", kinds(evs), err)
 	}

@@ -432,21 +432,40 @@ var ServiceModule = fx.Module("app",
 			MaxWaiting: d.Config.MaxWaiting, Pauses: d.Pauses, MovesBackAtOnce: movesBack,
 		})
 	}),
-	fx.Invoke(func(lc fx.Lifecycle, cfg Config, svc *app.Service, corrupt corruptFiles, config ports.Config, logger *zap.Logger) {
+	fx.Invoke(func(lc fx.Lifecycle, cfg Config, svc *app.Service, corrupt corruptFiles, config ports.Config, syncer ports.Syncer, logger *zap.Logger) {
 		lc.Append(fx.StartHook(func(ctx context.Context) error {
-			for _, c := range corrupt() {
+			files := corrupt()
+			// The repair goes first: it judges the log as the crash left
+			// it, which a corrupt report's line, stamped now, would not be
+			// (a restart hours later would put the crash out of its
+			// window). Told of the tasks set aside, it does not take them
+			// for ones whose clean was cut.
+			if cfg.Store != "postgres" { // on PostgreSQL the log is written with the changes: nothing is ever cut
+				setAside := make([]domain.Key, 0, len(files))
+				for _, c := range files {
+					setAside = append(setAside, domain.Key{Host: c.Host, Queue: c.Queue, ID: c.ID})
+				}
+				if _, err := svc.RepairLog(ctx, config.Queues(), eventlog.NewReader(cfg.Logs), setAside); err != nil {
+					return err
+				}
+			}
+			for _, c := range files {
 				logger.Warn("corrupt task file moved aside", zap.String("path", c.Path), zap.Error(c.Err))
 				if err := svc.ReportCorrupt(ctx, c.Host, c.Queue, c.ID); err != nil {
 					return err
 				}
 			}
-			// The corrupt reports go first: a task set aside has its failed
-			// line by then, and is not taken for one whose clean was cut.
-			if cfg.Store == "postgres" {
-				return nil // the log is written with the changes: nothing is ever cut
+			// The moves aside are durable since the store's Open, and no
+			// later start reports them again: their lines are made durable
+			// now, in one commit, not at whatever commit comes next (a power
+			// loss before it would lose them, and a task whose last line was
+			// then of its life would pass for one whose clean was cut).
+			if len(files) > 0 {
+				if err := syncer.Sync(ctx); err != nil {
+					return fmt.Errorf("log corrupt task files: %w", err)
+				}
 			}
-			_, err := svc.RepairLog(ctx, config.Queues(), eventlog.NewReader(cfg.Logs))
-			return err
+			return nil
 		}))
 	}),
 )
