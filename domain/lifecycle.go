@@ -152,6 +152,12 @@ type Holder struct {
 	Worker    string
 	Attempt   int    // the claim's attempts; 0: any claim of Worker's
 	NotBefore *int64 // with Attempt: the task's notBefore when claimed
+	// AnyNotBefore says the caller knows its claim's attempt but not the
+	// notBefore it was made under (an HTTP worker: a claim reply has no
+	// notBefore), so only the attempt names the claim. Without it, such a
+	// caller's report on a delayed, backed-off or retried task, whose
+	// notBefore is set, would never name its own claim.
+	AnyNotBefore bool
 }
 
 // HolderOf names the claim t is processing under (t must be processing).
@@ -166,14 +172,14 @@ func HolderOf(t Task) Holder {
 // Equal reports whether h and o name the same holder and claim (notBefore
 // compared by value).
 func (h Holder) Equal(o Holder) bool {
-	return h.Worker == o.Worker && h.Attempt == o.Attempt && samePtr(h.NotBefore, o.NotBefore)
+	return h.Worker == o.Worker && h.Attempt == o.Attempt && samePtr(h.NotBefore, o.NotBefore) && h.AnyNotBefore == o.AnyNotBefore
 }
 
 // Names reports whether h's claim is the one whose number t carries
 // (attempts and notBefore), whatever t's status: a claim h names that
 // ended (finished, failed, re-queued) leaves them in place.
 func (h Holder) Names(t Task) bool {
-	return h.Attempt == t.Attempts && samePtr(h.NotBefore, t.NotBefore)
+	return h.Attempt == t.Attempts && (h.AnyNotBefore || samePtr(h.NotBefore, t.NotBefore))
 }
 
 // HeldBy reports whether h holds t's lease: t is processing, leased to

@@ -129,6 +129,17 @@ func TestHeldBy(t *testing.T) {
 			t.Errorf("HeldBy(%+v) = %v, want %v", c.h, err, c.want)
 		}
 	}
+	// A holder that knows only its attempt (HTTP) holds a claim made under a
+	// notBefore too.
+	nb := at(time.Second).UnixMilli()
+	delayed, _ := Post("00000000000000d1", "h", "q", []byte(`{}`), "", at(0), PostOptions{NotBefore: &nb})
+	delayed = mustClaim(t, delayed, "box-1", at(2*time.Second))
+	if err := delayed.HeldBy(Holder{Worker: "box-1", Attempt: 1, AnyNotBefore: true}); err != nil {
+		t.Errorf("HeldBy(attempt only) of a delayed task = %v", err)
+	}
+	if err := delayed.HeldBy(Holder{Worker: "box-1", Attempt: 2, AnyNotBefore: true}); !errors.Is(err, ErrNotLeaseHolder) {
+		t.Errorf("HeldBy(another attempt only) of a delayed task = %v", err)
+	}
 	if err := mustPost(t).HeldBy(Holder{Worker: "box-1"}); !errors.Is(err, ErrNotProcessing) {
 		t.Errorf("HeldBy of a pending task = %v", err)
 	}

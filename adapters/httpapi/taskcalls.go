@@ -31,7 +31,8 @@ type taskRequest struct {
 func (req taskRequest) holder(worker string) domain.Holder {
 	h := domain.Holder{Worker: worker}
 	if req.Attempt != nil {
-		h.Attempt = *req.Attempt
+		// The claim reply told the worker its attempts, not its notBefore.
+		h.Attempt, h.AnyNotBefore = *req.Attempt, true
 	}
 	return h
 }

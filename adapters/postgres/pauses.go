@@ -8,9 +8,13 @@ import (
 	"github.com/taskhoster/taskhoster/domain"
 )
 
-// pauseTTL is how long Paused trusts what it read: a pause set through
-// another server reaches this one within it. One set through this Store
-// counts at once.
+// pauseTTL is how long Paused trusts a "not paused" it read: a pause set
+// through another server reaches this one within it. One set through this
+// Store counts at once. A "paused" is never trusted past its read: a
+// resume through another server wakes the claims waiting here (pgnotify
+// broadcasts it), and each must find the queue resumed, or it goes back to
+// sleep with the queue's tasks still pending and nothing to wake it again.
+// While paused, claims look only when woken, so the reads stay few.
 const pauseTTL = time.Second
 
 // pauseCache remembers what Paused read, per queue, for pauseTTL.
@@ -30,7 +34,7 @@ func (c *pauseCache) get(ref domain.QueueRef) (pauseSeen, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p, ok := c.seen[ref]
-	return p, ok && time.Since(p.at) < pauseTTL
+	return p, ok && !p.paused && time.Since(p.at) < pauseTTL
 }
 
 func (c *pauseCache) put(ref domain.QueueRef, paused bool) {
@@ -39,9 +43,9 @@ func (c *pauseCache) put(ref domain.QueueRef, paused bool) {
 	c.seen[ref] = pauseSeen{paused: paused, at: time.Now()}
 }
 
-// Paused reports whether ref is paused (a row of pauses), as read within
-// the last pauseTTL. A database that cannot be reached keeps the last
-// answer, or none: not paused.
+// Paused reports whether ref is paused (a row of pauses), as read now or,
+// if it was not paused then, within the last pauseTTL. A database that
+// cannot be reached keeps the last answer, or none: not paused.
 func (s *Store) Paused(ref domain.QueueRef) bool {
 	if p, fresh := s.pauses.get(ref); fresh {
 		return p.paused
