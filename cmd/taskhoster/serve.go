@@ -45,7 +45,10 @@ func serve(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", "127.0.0.1:9090", "the admin listener: /metrics, /healthz, /readyz")
 	fs.StringVar(&cfg.Sync, "sync", "always", "always: fsync before acknowledging; none: never fsync")
 	fs.StringVar(&cfg.Store, "store", "files", "where tasks live: files (in --items) or postgres (at --database-url)")
-	fs.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("TASKHOSTER_DATABASE_URL"), "the PostgreSQL database of --store postgres (default $TASKHOSTER_DATABASE_URL)")
+	// No default: parse fills it from TASKHOSTER_DATABASE_URL as it does
+	// every flag. A default from the environment would be printed, password
+	// and all, by -h and by the help a mistyped flag brings.
+	fs.StringVar(&cfg.DatabaseURL, "database-url", "", "the PostgreSQL database of --store postgres (default $TASKHOSTER_DATABASE_URL)")
 	fs.DurationVar(&cfg.Sweep, "sweep", time.Second, "how often the sweep runs")
 	fs.IntVar(&cfg.LogDays, "log-days", 21, "days of event log to keep")
 	fs.DurationVar(&cfg.WSPing, "ws-ping", wsapi.DefaultPingInterval, "how often sockets are pinged; a peer silent for twice this is dropped")
