@@ -106,3 +106,26 @@ func TestHugeLogDaysRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestFailedStartRemovesTheParentsItMade: with the default folders
+// (./var/taskhoster-items, ./var/taskhoster-logs) a start that fails,
+// say in a folder without the hosts folder, made ./var as well as the
+// two; it leaves none of them behind.
+func TestFailedStartRemovesTheParentsItMade(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	cmd := exec.Command(binary, "serve", "--hosts", filepath.Join(root, "missing"),
+		"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0")
+	cmd.Dir = root // the default --items and --logs are under ./var
+	out, err := cmd.CombinedOutput()
+	if _, ok := err.(*exec.ExitError); !ok || !strings.Contains(string(out), "hosts folder") {
+		t.Fatalf("serve = %v, want a non-zero exit naming the hosts folder; output:\n%s", err, out)
+	}
+	if entries, _ := os.ReadDir(root); len(entries) > 0 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("failed start left %v behind in its working folder", names)
+	}
+}
