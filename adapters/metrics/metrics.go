@@ -241,8 +241,21 @@ func (m *Metrics) Middleware(next http.Handler) http.Handler {
 		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
 			route = rc.RoutePattern()
 		}
-		m.latency.WithLabelValues(route, r.Method, strconv.Itoa(ww.status())).Observe(time.Since(start).Seconds())
+		m.latency.WithLabelValues(route, methodLabel(r.Method), strconv.Itoa(ww.status())).Observe(time.Since(start).Seconds())
 	})
+}
+
+// methodLabel is the method as a label: the standard methods by name, any
+// other as "other". net/http accepts any token as a method, and a client
+// needs no token to send one: a series per method it invents would grow
+// the server's memory and every scrape without bound.
+func methodLabel(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return method
+	}
+	return "other"
 }
 
 // statusWriter tells a hijacked connection (an upgraded WebSocket) from a

@@ -2,6 +2,11 @@ package metrics
 
 import (
 	"encoding/json"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -155,5 +160,44 @@ taskhoster_queue_file_stale{host="task.example.com",queue="thumbnail"} 1
 	want = strings.Replace(want, `queue="thumbnail"} 1`, `queue="thumbnail"} 0`, 1)
 	if err := testutil.GatherAndCompare(m.registry, strings.NewReader(want), "taskhoster_queue_file_stale"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestLatencyMethodsAreBounded: net/http takes any token as a method, and
+// anyone can send one without a token; each new method must not make new
+// series (unbounded memory and scrape size). Those the API serves keep
+// their names, the rest count as one.
+func TestLatencyMethodsAreBounded(t *testing.T) {
+	m := New(Sources{Depths: noDepths{}})
+	h := m.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusMethodNotAllowed)
+	}))
+	for i := range 50 {
+		req := httptest.NewRequest("BOGUS"+strconv.Itoa(i), "/", nil)
+		h.ServeHTTP(httptest.NewRecorder(), req)
+	}
+	for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(method, "/", nil))
+	}
+	methods := map[string]bool{}
+	families, err := m.registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "taskhoster_request_duration_seconds" {
+			continue
+		}
+		for _, metric := range f.GetMetric() {
+			for _, l := range metric.GetLabel() {
+				if l.GetName() == "method" {
+					methods[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	want := map[string]bool{"GET": true, "POST": true, "DELETE": true, "other": true}
+	if !maps.Equal(methods, want) {
+		t.Errorf("method labels %v (%d), want %v", slices.Sorted(maps.Keys(methods)), len(methods), slices.Sorted(maps.Keys(want)))
 	}
 }

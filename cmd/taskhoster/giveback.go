@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"time"
 
 	"github.com/taskhoster/taskhoster/client"
@@ -54,8 +55,11 @@ func giveBack(name, synopsis string, args []string, stdout, stderr io.Writer) in
 		return badUsage(fs, stderr, "want QUEUE and ID, got %d arguments", len(pos))
 	case *reason != "" && !json.Valid([]byte(*reason)):
 		return badUsage(fs, stderr, "--reason is not valid JSON")
-	case delay != nil && *delay < 0:
-		return badUsage(fs, stderr, "--delay must not be negative")
+	// As post's: NaN, an infinity or a count of seconds past a
+	// time.Duration would convert to a negative delay, which the client
+	// leaves out, releasing the task at once.
+	case delay != nil && (*delay < 0 || math.IsNaN(*delay) || *delay > 31536000):
+		return badUsage(fs, stderr, "--delay must be 0 to 31536000 seconds, not %v", *delay)
 	}
 	var why any
 	if *reason != "" {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -45,7 +46,10 @@ func serve(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", "127.0.0.1:9090", "the admin listener: /metrics, /healthz, /readyz")
 	fs.StringVar(&cfg.Sync, "sync", "always", "always: fsync before acknowledging; none: never fsync")
 	fs.StringVar(&cfg.Store, "store", "files", "where tasks live: files (in --items) or postgres (at --database-url)")
-	fs.StringVar(&cfg.DatabaseURL, "database-url", os.Getenv("TASKHOSTER_DATABASE_URL"), "the PostgreSQL database of --store postgres (default $TASKHOSTER_DATABASE_URL)")
+	// No default: parse fills it from TASKHOSTER_DATABASE_URL as it does
+	// every flag. A default from the environment would be printed, password
+	// and all, by -h and by the help a mistyped flag brings.
+	fs.StringVar(&cfg.DatabaseURL, "database-url", "", "the PostgreSQL database of --store postgres (default $TASKHOSTER_DATABASE_URL)")
 	fs.DurationVar(&cfg.Sweep, "sweep", time.Second, "how often the sweep runs")
 	fs.IntVar(&cfg.LogDays, "log-days", 21, "days of event log to keep")
 	fs.DurationVar(&cfg.WSPing, "ws-ping", wsapi.DefaultPingInterval, "how often sockets are pinged; a peer silent for twice this is dropped")
@@ -72,15 +76,21 @@ func serve(args []string, stderr io.Writer) int {
 	defer func() { _ = logger.Sync() }()
 	keepHeapHeadroom(heapHeadroom)
 
-	// A start that fails leaves no folder behind that it made itself.
-	made := missing(cfg.Logs)
+	// A start that fails leaves no folder behind that it made itself:
+	// neither the folders nor the parents made with them (./var of the
+	// defaults), which are removed only when empty.
+	dirs := []string{cfg.Logs}
 	if cfg.Store != "postgres" {
-		made = missing(cfg.Items, cfg.Logs)
+		dirs = []string{cfg.Items, cfg.Logs}
 	}
+	made, parents := missing(dirs...), missingParents(dirs...)
 	failed := func(err error) int {
 		fmt.Fprintln(stderr, "taskhoster serve:", server.Cause(err))
 		for _, dir := range made {
 			removeIfUnused(dir)
+		}
+		for _, dir := range parents {
+			_ = os.Remove(dir) // only if empty
 		}
 		return 1
 	}
@@ -206,6 +216,24 @@ func missing(dirs ...string) []string {
 			out = append(out, d)
 		}
 	}
+	return out
+}
+
+// missingParents lists the parent folders of dirs that do not exist yet,
+// each before its own parent, so that removing them in order can empty
+// each one before its parent's turn.
+func missingParents(dirs ...string) []string {
+	var out []string
+	for _, d := range dirs {
+		for p := filepath.Dir(filepath.Clean(d)); ; p = filepath.Dir(p) {
+			if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) || slices.Contains(out, p) {
+				break
+			}
+			out = append(out, p)
+		}
+	}
+	// A deeper folder first: one dir's parents may be another's grandparents.
+	slices.SortStableFunc(out, func(a, b string) int { return len(b) - len(a) })
 	return out
 }
 

@@ -341,3 +341,26 @@ func errText(err error) string {
 	}
 	return err.Error()
 }
+
+// TestCLIReleaseRefusesBadDelays: a --delay that is not a number of
+// seconds the server takes (NaN, infinite, past a year, or so large that
+// it does not fit a time.Duration) is a wrong command line, exit 2, and
+// the task stays with its worker: it is never released at once, with no
+// delay at all.
+func TestCLIReleaseRefusesBadDelays(t *testing.T) {
+	t.Parallel()
+	s := startRetry(t)
+	id := s.post("flaky", "", `{"n":1}`)
+	if r := s.do("POST", "/flaky/claim", "", `{"worker":"w1"}`); r.Status != 200 || r.JSON(t)["id"] != id {
+		t.Fatalf("claim: %d %s", r.Status, r.Body)
+	}
+	for _, delay := range []string{"1e10", "NaN", "+Inf", "31536001"} {
+		r := s.cli("", "release", "flaky", id, "--worker", "w1", "--delay", delay)
+		if r.code != 2 || !strings.Contains(r.stderr, "--delay") {
+			t.Errorf("release --delay %s: exit %d, stdout %q, stderr %q", delay, r.code, r.stdout, r.stderr)
+		}
+		if v := s.view("flaky", "", id); v["status"] != "processing" {
+			t.Fatalf("after release --delay %s the task is %v, notBefore %v", delay, v["status"], v["notBefore"])
+		}
+	}
+}

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -70,5 +72,25 @@ func TestWhatPublicExposes(t *testing.T) {
 	}
 	if r := s.do("GET", "/inbox/"+id, aliceToken, ""); r.Status != 200 || strings.Contains(string(r.Body), "s3") {
 		t.Errorf("status view: %d %s (it never carries the item)", r.Status, r.Body)
+	}
+}
+
+// TestDatabasePasswordNotInHelp: a database URL given in
+// TASKHOSTER_DATABASE_URL carries a password; serve's help, which a typo
+// on the command line also prints (to a terminal, or to journald under a
+// service manager), never shows it.
+func TestDatabasePasswordNotInHelp(t *testing.T) {
+	t.Parallel()
+	const password = "s3cret-pw-0123456789"
+	for _, args := range [][]string{{"serve", "-h"}, {"serve", "--no-such-flag"}} {
+		cmd := exec.Command(binary, args...)
+		cmd.Env = append(os.Environ(), "TASKHOSTER_DATABASE_URL=postgres://taskhoster:"+password+"@127.0.0.1:1/tasks")
+		out, _ := cmd.CombinedOutput()
+		if !strings.Contains(string(out), "--database-url") {
+			t.Fatalf("%v printed no help:\n%s", args, out)
+		}
+		if strings.Contains(string(out), password) {
+			t.Errorf("%v prints the database password:\n%s", args, out)
+		}
 	}
 }

@@ -72,3 +72,60 @@ func TestStartUpProblemsAreOneLine(t *testing.T) {
 		t.Errorf("the server holding the lock answers %d", r.Status)
 	}
 }
+
+// TestHugeLogDaysRefused: a --log-days so large that the first day kept
+// overflows the calendar (an operator's "keep it for ever") is refused at
+// start-up, by flag or by environment, instead of wrapping round to a day
+// after today and pruning the whole event log.
+func TestHugeLogDaysRefused(t *testing.T) {
+	t.Parallel()
+	const huge = "9223372036854775807"
+	for _, how := range []string{"flag", "env"} {
+		t.Run(how, func(t *testing.T) {
+			d := newDirs(t)
+			old := filepath.Join(d.logs, "tasks", "2026-01-02.jsonl")
+			writeFile(t, old, `{"event":"posted"}`+"\n")
+			var env, extra []string
+			if how == "flag" {
+				extra = []string{"--log-days", huge}
+			} else {
+				env = []string{"TASKHOSTER_LOG_DAYS=" + huge}
+			}
+			s, err := launchEnv(t, d, env, extra...)
+			if err == nil {
+				// What the first prune then does to the log.
+				eventually(t, "the first prune", func() bool { return !exists(old) })
+				t.Fatalf("serve started with --log-days %s, and its first prune removed the whole event log", huge)
+			}
+			if !strings.Contains(s.Stderr(), "--log-days") {
+				t.Errorf("the refusal does not name --log-days:\n%s", s.Stderr())
+			}
+			if !exists(old) {
+				t.Errorf("the event log's day file was removed")
+			}
+		})
+	}
+}
+
+// TestFailedStartRemovesTheParentsItMade: with the default folders
+// (./var/taskhoster-items, ./var/taskhoster-logs) a start that fails,
+// say in a folder without the hosts folder, made ./var as well as the
+// two; it leaves none of them behind.
+func TestFailedStartRemovesTheParentsItMade(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	cmd := exec.Command(binary, "serve", "--hosts", filepath.Join(root, "missing"),
+		"--addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0")
+	cmd.Dir = root // the default --items and --logs are under ./var
+	out, err := cmd.CombinedOutput()
+	if _, ok := err.(*exec.ExitError); !ok || !strings.Contains(string(out), "hosts folder") {
+		t.Fatalf("serve = %v, want a non-zero exit naming the hosts folder; output:\n%s", err, out)
+	}
+	if entries, _ := os.ReadDir(root); len(entries) > 0 {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Errorf("failed start left %v behind in its working folder", names)
+	}
+}

@@ -76,6 +76,11 @@ const (
 	ReadHeaderTimeout = 10 * time.Second
 	ReadTimeout       = 2 * time.Minute
 	IdleTimeout       = 2 * time.Minute
+	// MaxLogDays is the most --log-days takes, a century: the prune's first
+	// day kept is today less that many days, and a count in the billions
+	// overflows the calendar into a day after today, which would prune the
+	// whole event log.
+	MaxLogDays = 36500
 )
 
 // Validate checks the flags before anything is opened.
@@ -89,8 +94,8 @@ func (c Config) Validate() error {
 		return errors.New("--store postgres needs --database-url (or TASKHOSTER_DATABASE_URL)")
 	case c.Sweep <= 0:
 		return errors.New("--sweep must be positive")
-	case c.LogDays <= 0:
-		return errors.New("--log-days must be positive")
+	case c.LogDays <= 0 || c.LogDays > MaxLogDays:
+		return fmt.Errorf("--log-days must be 1 to %d", MaxLogDays)
 	case c.WSPing < 0:
 		return errors.New("--ws-ping must be positive")
 	case c.MaxConns < 0 || c.MaxSocketsPerHost < 0 || c.MaxWaiting < 0:
