@@ -2,15 +2,12 @@ package logsweb_test
 
 import (
 	"context"
-	"net/http/httptest"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/taskhoster/taskhoster/adapters/logsweb"
-	"github.com/taskhoster/taskhoster/adapters/sqlitelogs"
 	"github.com/taskhoster/taskhoster/domain"
 	"github.com/taskhoster/taskhoster/domain/tasklog"
 )
@@ -26,24 +23,7 @@ func TestLiveStateOutlivesASwap(t *testing.T) {
 		t.Skipf("SKIP: the browser test needs Chromium at %s (apt-get install chromium): %v", chromium, err)
 	}
 	ctx := context.Background()
-	dir := t.TempDir()
-	w, err := sqlitelogs.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	if _, err := w.Commit(ctx, host, "2026-07-26", tasklog.Cursor{Offset: 10}, []tasklog.Line{mk(0, idA, domain.EventPosted, "", tasklog.Sizes{})}); err != nil {
-		t.Fatal(err)
-	}
-	r, err := sqlitelogs.OpenReader(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	h := logsweb.New(r, func(err error) { t.Errorf("onError: %v", err) })
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	defer h.Close()
+	w, _, srv := oneLineMirror(t)
 
 	deadline, stop := context.WithTimeout(ctx, 2*time.Minute)
 	defer stop()

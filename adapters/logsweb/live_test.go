@@ -72,23 +72,7 @@ func TestTaskPageShowsWaitAndRun(t *testing.T) {
 // and again when a pull stores more; Close ends the stream.
 func TestLiveSaysWhenLinesArrive(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	w, err := sqlitelogs.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	if _, err := w.Commit(ctx, host, "2026-07-26", tasklog.Cursor{Offset: 10}, []tasklog.Line{mk(0, idA, domain.EventPosted, "", tasklog.Sizes{})}); err != nil {
-		t.Fatal(err)
-	}
-	r, err := sqlitelogs.OpenReader(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	h := logsweb.New(r, func(err error) { t.Errorf("onError: %v", err) })
-	srv := httptest.NewServer(h)
-	defer srv.Close()
+	w, h, srv := oneLineMirror(t)
 
 	if p := get(t, h, "/"); !strings.Contains(p.body, `data-latest="1" data-follow="yes"`) {
 		t.Errorf("the first page does not follow from line 1")
@@ -134,6 +118,32 @@ func TestLiveSaysWhenLinesArrive(t *testing.T) {
 	if got := next(); got != "end: <nil>" {
 		t.Errorf("after Close: %q, want the stream's end", got)
 	}
+}
+
+// oneLineMirror is a mirror holding one posted line, and its pages served
+// over loopback: the store to pull more into, the pages and their server.
+// All three close when the test ends.
+func oneLineMirror(t *testing.T) (*sqlitelogs.Store, *logsweb.Handler, *httptest.Server) {
+	t.Helper()
+	dir := t.TempDir()
+	w, err := sqlitelogs.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	if _, err := w.Commit(context.Background(), host, "2026-07-26", tasklog.Cursor{Offset: 10}, []tasklog.Line{mk(0, idA, domain.EventPosted, "", tasklog.Sizes{})}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := sqlitelogs.OpenReader(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	h := logsweb.New(r, func(err error) { t.Errorf("onError: %v", err) })
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	t.Cleanup(h.Close) // before the server's: a live stream would hold it open
+	return w, h, srv
 }
 
 func errString(err error) string {

@@ -131,21 +131,29 @@ func read(t *testing.T, c *websocket.Conn) string {
 	return string(data)
 }
 
-// TestClaimWonAsSocketDies: a claim that takes a task just as its socket
-// dies must not lose the task: it goes back to pending at once.
-func TestClaimWonAsSocketDies(t *testing.T) {
+// claimHeldAtItsWin is a worker socket whose claim (ref 1) has just taken
+// a posted task, held there until the test closes repo.release: the task
+// is claimed in the store, and its reply not yet sent.
+func claimHeldAtItsWin(t *testing.T) (*fixture, *gatedRepo, *websocket.Conn, domain.Task) {
+	t.Helper()
 	repo := &gatedRepo{TaskRepository: index.New(), took: make(chan struct{}), release: make(chan struct{})}
 	f := newFixture(t, repo, wsapi.Options{})
 	c := f.dial(t, "/work?worker=w1")
 	if err := c.WriteMessage(websocket.TextMessage, []byte(`{"type":"claim","ref":1}`)); err != nil {
 		t.Fatal(err)
 	}
-
 	task, err := f.svc.Post(context.Background(), f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-repo.took // the claim has the task, not yet its reply
+	<-repo.took
+	return f, repo, c, task
+}
+
+// TestClaimWonAsSocketDies: a claim that takes a task just as its socket
+// dies must not lose the task: it goes back to pending at once.
+func TestClaimWonAsSocketDies(t *testing.T) {
+	f, repo, c, task := claimHeldAtItsWin(t)
 	if err := c.NetConn().Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -220,17 +228,7 @@ func TestRecheckLetsGoASocketThatLostItsRight(t *testing.T) {
 // win) does not send the item: it answers the claim with the error, closes
 // the socket 1008, and the task is pending again.
 func TestAClaimWonAfterTheRightWentIsNotSent(t *testing.T) {
-	repo := &gatedRepo{TaskRepository: index.New(), took: make(chan struct{}), release: make(chan struct{})}
-	f := newFixture(t, repo, wsapi.Options{})
-	c := f.dial(t, "/work?worker=w1")
-	if err := c.WriteMessage(websocket.TextMessage, []byte(`{"type":"claim","ref":1}`)); err != nil {
-		t.Fatal(err)
-	}
-	task, err := f.svc.Post(context.Background(), f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-repo.took // the claim has the task, not yet its reply
+	f, repo, c, task := claimHeldAtItsWin(t)
 	f.revoked.Store(errRevoked)
 	close(repo.release)
 
