@@ -30,6 +30,7 @@ type API struct {
 	// extra routes mounted by other adapters (the worker socket, watch, logs).
 	sockets Sockets
 	logs    LogReader
+	polls   polls // claims waiting now, for Recheck
 }
 
 // Sockets serves the WebSocket endpoints; the wsapi adapter provides it.
@@ -62,7 +63,8 @@ type Options struct {
 
 // New builds the handler for every host.
 func New(svc *app.Service, config ports.Config, opt Options) *API {
-	a := &API{svc: svc, config: config, logger: opt.Logger, sockets: opt.Sockets, logs: opt.Logs}
+	a := &API{svc: svc, config: config, logger: opt.Logger, sockets: opt.Sockets, logs: opt.Logs,
+		polls: polls{waiting: make(map[*poll]struct{})}}
 	if a.logger == nil {
 		a.logger = zap.NewNop()
 	}

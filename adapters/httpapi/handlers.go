@@ -133,57 +133,66 @@ func (a *API) claim(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
+	ctx, done := a.waitFor(r)
+	defer done()
 	if req.Max != nil {
-		a.claimMany(w, r, worker, req, wait)
+		a.claimMany(ctx, w, r, worker, req, wait)
 		return
 	}
-	t, err := a.svc.Claim(r.Context(), q, worker, req.Query, wait)
+	t, err := a.svc.Claim(ctx, q, worker, req.Query, wait)
 	if errors.Is(err, domain.ErrNotFound) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	if err != nil {
-		a.writeError(w, r, err)
+		a.writeError(w, r, ended(ctx, err))
 		return
 	}
-	if a.handBack(r, queueOf(r), t) {
+	if !a.keep(w, r, t) {
 		return
 	}
 	writeJSON(w, http.StatusOK, ClaimView(t))
 }
 
-// handBack re-queues tasks claimed for a client that has gone (its request
-// ended while the claim was taking them: a long-poll cut off as a task
-// came), and reports whether it did. Nobody would read the answer, so the
-// tasks go back to pending at once, under the very claim, as a worker
-// socket's do when it drops, rather than wait out their lease.
-func (a *API) handBack(r *http.Request, q *domain.Queue, tasks ...domain.Task) bool {
+// keep reports whether tasks just claimed for r go to it. They go back to
+// pending at once, under the very claim, as a worker socket's do when it
+// drops, rather than wait out their lease, when nobody would read the
+// answer (the client has gone: a long poll cut off as a task came), or
+// when the worker may no longer have them (a reload took its queue or its
+// work right as it claimed), which is answered the error.
+func (a *API) keep(w http.ResponseWriter, r *http.Request, tasks ...domain.Task) bool {
+	var denied error
 	if r.Context().Err() == nil {
-		return false
+		if _, denied = a.recheck(r, domain.ActionWork); denied == nil {
+			return true
+		}
 	}
 	held := make([]app.Held, len(tasks))
 	for i, t := range tasks {
 		held[i] = app.Held{ID: t.ID, By: domain.HolderOf(t)}
 	}
-	if _, err := a.svc.RequeueAll(context.WithoutCancel(r.Context()), q, held, domain.CauseSocket); err != nil {
-		a.logger.Error("re-queue tasks claimed for a client that has gone", zap.Error(err))
+	if _, err := a.svc.RequeueAll(context.WithoutCancel(r.Context()), queueOf(r), held, domain.CauseSocket); err != nil {
+		a.logger.Error("re-queue tasks claimed for a worker that has gone", zap.Error(err))
 	}
-	return true
+	if denied != nil {
+		a.writeError(w, r, denied)
+	}
+	return false
 }
 
 // claimMany answers a claim that asks for up to max tasks: 200 {"tasks"},
-// one or more, or 204.
-func (a *API) claimMany(w http.ResponseWriter, r *http.Request, worker string, req claimRequest, wait time.Duration) {
-	tasks, err := a.svc.ClaimMany(r.Context(), queueOf(r), worker, req.Query, wait, *req.Max)
+// one or more, or 204. ctx is the claim's (waitFor).
+func (a *API) claimMany(ctx context.Context, w http.ResponseWriter, r *http.Request, worker string, req claimRequest, wait time.Duration) {
+	tasks, err := a.svc.ClaimMany(ctx, queueOf(r), worker, req.Query, wait, *req.Max)
 	if errors.Is(err, domain.ErrNotFound) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
 	if err != nil && len(tasks) == 0 {
-		a.writeError(w, r, err)
+		a.writeError(w, r, ended(ctx, err))
 		return
 	}
-	if a.handBack(r, queueOf(r), tasks...) {
+	if !a.keep(w, r, tasks...) {
 		return
 	}
 	// A store failure after some claims still hands those out: they are

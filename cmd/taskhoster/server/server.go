@@ -604,6 +604,11 @@ var HTTPModule = fx.Module("httpapi",
 			Stopped:    ready.Stopped,
 		})
 	}),
+	// A reload ends the waiting claims whose queue or right went. Off the
+	// reloading goroutine, as the sockets' recheck.
+	fx.Invoke(func(live *folderconfig.Live, api *httpapi.API) {
+		live.OnReload(func(*folderconfig.Snapshot) { go api.Recheck() })
+	}),
 	fx.Invoke(func(lc fx.Lifecycle, cfg Config, api *httpapi.API, svc *app.Service, ready *Ready, logger *zap.Logger) {
 		srv := &http.Server{
 			Handler:           api,

@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
 )
@@ -92,5 +94,70 @@ func TestReloadReachesOpenSockets(t *testing.T) {
 	}
 	if got := claim(); got["id"] != second || got["attempts"] != float64(1) {
 		t.Errorf("alice claimed %v, want %s at its first attempt", got, second)
+	}
+}
+
+// TestReloadEndsAWaitingClaim: an HTTP claim waiting (a long poll) when a
+// reload takes its worker off the queue's work list is answered 403 at
+// once, before it takes a task: the task posted next is claimed by the
+// worker still allowed, at its first attempt.
+func TestReloadEndsAWaitingClaim(t *testing.T) {
+	t.Parallel()
+	d := newDirs(t)
+	s := start(t, d)
+	queueFile := filepath.Join(d.hosts, host, "taskhoster-queues", "resize.json")
+	const item = `{"type":"object","required":["url"],"properties":{"url":{"type":"string"}}}`
+
+	type answer struct {
+		status int
+		body   string
+		err    error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		req, err := http.NewRequest("POST", s.url+"/resize/claim", strings.NewReader(`{"wait":30}`))
+		if err != nil {
+			answered <- answer{err: err}
+			return
+		}
+		req.Host = host
+		req.Header.Set("Authorization", "Bearer "+boxToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			answered <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		answered <- answer{resp.StatusCode, string(body), err}
+	}()
+	eventually(t, "the claim to wait", func() bool {
+		resp, err := http.Get(s.admin + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return strings.Contains(readAll(t, resp), `taskhoster_queue_claims_waiting{host="`+host+`",queue="resize"} 1`)
+	})
+
+	writeFile(t, queueFile, `{"item":`+item+`,
+		"access": {"post":["alice"], "status":["alice"], "work":["alice"]}}`)
+	select {
+	case a := <-answered:
+		if a.err != nil || a.status != http.StatusForbidden || !strings.Contains(a.body, `"forbidden"`) {
+			t.Errorf("the waiting claim after box lost the work right: %d %s %v, want 403 forbidden", a.status, a.body, a.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting claim was not ended by the reload")
+	}
+
+	id := s.post("resize", aliceToken, `{"url":"a"}`)
+	r := s.do("POST", "/resize/claim", aliceToken, `{}`)
+	if r.Status != http.StatusOK {
+		t.Fatalf("claim as alice: %d %s", r.Status, r.Body)
+	}
+	if got := r.JSON(t); got["id"] != id || got["attempts"] != float64(1) {
+		t.Errorf("alice claimed %v, want %s at its first attempt", got, id)
 	}
 }
