@@ -64,8 +64,10 @@ func parse(fs *flag.FlagSet, args []string) error {
 // noEnv are the flags that describe one call, not a setting: a stray
 // TASKHOSTER_KEY in a shell would give every post the same idempotency key
 // (and so make one task of them all), a TASKHOSTER_BATCH turn every post
-// into a batch. They come from the command line only.
-var noEnv = map[string]bool{"key": true, "batch": true}
+// into a batch, and a TASKHOSTER_STATUS exported for `tasks` would let
+// `purge QUEUE` delete without the --status it requires. They come from
+// the command line only.
+var noEnv = map[string]bool{"key": true, "batch": true, "status": true}
 
 // envName is the environment variable of flag name: TASKHOSTER_<NAME>.
 func envName(name string) string {
