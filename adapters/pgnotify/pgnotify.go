@@ -52,7 +52,10 @@
 // backoff, LISTENs again and then interrupts the hub (Hub.Interrupt):
 // every local waiting claim looks once more, since notifications may have
 // been missed meanwhile, and every local watcher is cut off (Lost) to start
-// over from a fresh read.
+// over from a fresh read. A connection lost without a word (a peer gone,
+// a route dropped) shows only when written to: after listenIdle without
+// news the listener pings, and a ping unanswered within listenPing counts
+// as a drop, where TCP would take minutes to tell.
 //
 // Limits. Across servers a notification arrives a little after its change
 // committed. A read of such a change waits until its news has arrived
@@ -67,6 +70,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,6 +143,8 @@ type Notifier struct {
 	acks   chan struct{} // a hello of this server answered
 	sent   atomic.Int64  // notifications sent (tests)
 
+	idle, ping time.Duration // listenIdle and listenPing, shorter in tests
+
 	pid      atomic.Uint32 // the listener's backend pid (tests)
 	listened chan struct{} // closed once the first LISTEN succeeded
 	listens  atomic.Int64  // how many times LISTEN succeeded
@@ -160,8 +167,15 @@ func New(hub Hub, url string, get Getter, logger *zap.Logger) *Notifier {
 		hub: hub, url: url, get: get, logger: logger, id: id, own: []byte(`{"s":"` + id + `",`),
 		more: make(chan struct{}, 1), listened: make(chan struct{}), acks: make(chan struct{}, 64),
 		watched: make(map[domain.Key]int),
+		idle:    listenIdle, ping: listenPing,
 	}
 }
+
+// How the listener tells a silently lost connection (see Reconnects).
+const (
+	listenIdle = 10 * time.Second
+	listenPing = 5 * time.Second
+)
 
 // Start opens the sending pool and the listener, and returns once the
 // listener LISTENs (or ctx ends, or the database refuses).
@@ -458,7 +472,11 @@ func (n *Notifier) listenOnce(ctx context.Context) (listened bool, err error) {
 		return false, err
 	}
 	n.pid.Store(conn.PgConn().PID())
-	others, err := n.lookAround(ctx)
+	// Bounded as a ping: after a silent loss the pool's connections may be
+	// as dead as the listener's was.
+	lctx, cancel := context.WithTimeout(ctx, n.ping)
+	others, err := n.lookAround(lctx)
+	cancel()
 	if err != nil {
 		return true, err
 	}
@@ -473,11 +491,26 @@ func (n *Notifier) listenOnce(ctx context.Context) (listened bool, err error) {
 		n.hub.Interrupt()
 	}
 	for {
-		note, err := conn.WaitForNotification(ctx)
-		if err != nil {
+		wctx, cancel := context.WithTimeout(ctx, n.idle)
+		note, err := conn.WaitForNotification(wctx)
+		cancel()
+		if note != nil {
+			n.receive(ctx, []byte(note.Payload))
+		}
+		switch {
+		case err == nil:
+		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+			// No news for a while: is anyone there? (A timeout leaves
+			// pgx's connection usable.)
+			pctx, cancel := context.WithTimeout(ctx, n.ping)
+			err := conn.Ping(pctx)
+			cancel()
+			if err != nil {
+				return true, fmt.Errorf("listener connection unanswered: %w", err)
+			}
+		default:
 			return true, err
 		}
-		n.receive(ctx, []byte(note.Payload))
 	}
 }
 
