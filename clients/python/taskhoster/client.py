@@ -316,8 +316,11 @@ class Client:
         status, reply = self._call("POST", _path(queue, "claim"), body, timeout=self._timeout + wait + _WAIT_SLACK, hook=hook)
         if status == 204:
             return []
-        claims = reply["tasks"] if max is not None else [reply]
-        return [self._task(queue, c) for c in claims]
+        try:
+            claims = reply["tasks"] if max is not None else [reply]
+            return [self._task(queue, c) for c in claims]
+        except (KeyError, TypeError) as e:  # not a claim's shape: a broken answer, as one not JSON
+            raise TaskhosterError(status, "invalid_answer", f"POST {_path(queue, 'claim')}: the answer is not a claim: {e!r}") from None
 
     def _task(self, queue: str, c: Mapping[str, Any]) -> Task:
         return Task(id=c["id"], queue=queue, item=c["item"], attempts=c["attempts"], lease=_lease(c["lease"]), client=self)

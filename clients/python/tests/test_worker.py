@@ -231,6 +231,24 @@ class WorkerTest(ServerTest):
         self.assertEqual([(o.task.id, o.sent) for o in outcomes], [(task_id, "result")])
         self.assertEqual(self.alice.status("resize", task_id).status, "finished")
 
+    def test_an_answer_of_the_wrong_shape_to_a_claim_is_claimed_again(self) -> None:
+        # A 200 that is JSON but no claim (a proxy's page, a broken server)
+        # is a broken answer: the slot claims again, rather than end.
+        class MisshapesFirstClaim(Client):
+            misshaped = False
+
+            def _call(self, method: str, path: str, body: Any = None, **kw: Any) -> tuple[int, Any]:
+                if path.endswith("/claim") and not MisshapesFirstClaim.misshaped:
+                    MisshapesFirstClaim.misshaped = True
+                    return 200, {"id": "0123456789abcdef"}
+                return super()._call(method, path, body, **kw)
+
+        task_id = self.alice.post("resize", {"url": "u"})
+        client = MisshapesFirstClaim(self.server.url, host=HOST, token=BOX)
+        outcomes = self.work("resize", lambda t: {"thumb": "t"}, limit=1, client=client, min_backoff=0.01, max_backoff=0.05)
+        self.assertTrue(MisshapesFirstClaim.misshaped)
+        self.assertEqual([(o.task.id, o.sent) for o in outcomes], [(task_id, "result")])
+
     def test_a_refused_first_claim_ends_run(self) -> None:
         for client, queue, code in (
             (self.server.client(EVE), "resize", "forbidden"),
