@@ -265,6 +265,12 @@ func TestDashboardBrowser(t *testing.T) {
 		chromedp.Evaluate[chromedp.Void](`location.hash = "#/q/jobs"`),
 		chromedp.WaitVisible(chromedp.CSS(`#missing`))))
 	b.shot(eve, "8-no-access")
+	// A hand-made link with a broken escape names no queue; the page still
+	// starts (it used to throw before it did).
+	logsMust(t, "load a link with a broken escape", chromedp.Do(eve,
+		chromedp.Evaluate[chromedp.Void](`location.hash = "#/q/%E0"`),
+		chromedp.Reload(),
+		chromedp.WaitVisible(chromedp.CSS(`#missing`))))
 	logsMust(t, "back to the overview", chromedp.Do(alice,
 		chromedp.Evaluate[chromedp.Void](`location.hash = "#/"`),
 		chromedp.WaitVisible(chromedp.CSS(`#queues`))))

@@ -252,8 +252,19 @@ function connect(resumed) {
 
 window.addEventListener("hashchange", route);
 
+// decoded is a part of the location's hash, decoded; a hand-made link's
+// broken escape (#/q/%E0) is taken as it stands, naming no queue, rather
+// than throw before the page starts.
+function decoded(part) {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    return part;
+  }
+}
+
 function route() {
-  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decoded);
   const main = document.getElementById("main");
   if (parts[0] === "q" && parts[1]) {
     const q = state.queues.get(parts[1]);
