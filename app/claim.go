@@ -323,8 +323,20 @@ type matcher struct {
 	schema domain.Schema
 }
 
-func (m *matcher) Key() string                     { return m.key }
-func (m *matcher) Match(item json.RawMessage) bool { return len(m.schema.Validate(item)) == 0 }
+func (m *matcher) Key() string { return m.key }
+
+// Match applies the query to item as it was posted. An item posted as
+// null is read back from every store as none (domain.DecodeTask), which is
+// no JSON at all: judged as such, every query with a keyword refused it,
+// {"type":"null"} too, and a claim waited beside a task its query accepts.
+func (m *matcher) Match(item json.RawMessage) bool {
+	if len(item) == 0 {
+		item = jsonNull
+	}
+	return len(m.schema.Validate(item)) == 0
+}
+
+var jsonNull = json.RawMessage("null")
 
 // Query is the claim query Match applies: a store that can judge part of a
 // JSON Schema itself (adapters/postgres) reads it here.

@@ -188,7 +188,7 @@ var epoch = time.UnixMilli(1751500000000).UTC()
 
 func probeItems() []string {
 	rng := rand.New(rand.NewPCG(14, 1))
-	items := append([]string{}, contract.QueryItems...)
+	items := append(append([]string{}, contract.QueryItems...), contract.DiffItems...)
 	for range 150 {
 		items = append(items, RandomItem(rng, 3))
 	}
@@ -238,7 +238,7 @@ func deref(s *string) string {
 // table holds them.
 func TestFilterAgainstSchema(t *testing.T) {
 	p := newProbe(t, probeItems())
-	for _, q := range contract.QuerySchemas {
+	for _, q := range append(append([]string{}, contract.QuerySchemas...), contract.DiffQueries...) {
 		p.check(t, q)
 	}
 	rng := rand.New(rand.NewPCG(14, 2))
@@ -250,7 +250,7 @@ func TestFilterAgainstSchema(t *testing.T) {
 // FuzzFilter checks a query's filter against the schema library's verdicts
 // on a fixed set of items; `go test` runs its seed corpus.
 func FuzzFilter(f *testing.F) {
-	for _, q := range contract.QuerySchemas {
+	for _, q := range append(append([]string{}, contract.QuerySchemas...), contract.DiffQueries...) {
 		f.Add(q)
 	}
 	rng := rand.New(rand.NewPCG(14, 3))

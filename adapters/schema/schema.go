@@ -168,7 +168,7 @@ func (s *Schema) Validate(doc json.RawMessage) []domain.Violation {
 	if err != nil {
 		return []domain.Violation{{Path: "", Message: "not valid JSON: " + err.Error()}}
 	}
-	err = s.compiled.Validate(v)
+	err = validate(s.compiled, v)
 	if err == nil {
 		return nil
 	}
@@ -179,6 +179,23 @@ func (s *Schema) Validate(doc json.RawMessage) []domain.Violation {
 	// An infinite $ref loop found while validating: the schema's fault, but
 	// the caller can only report it against the document.
 	return []domain.Violation{{Path: "", Message: strings.TrimPrefix(err.Error(), "jsonschema: ")}}
+}
+
+// validate is the library's Validate with a panic turned into an error.
+// The library reads each number it compares (a bound, multipleOf, const,
+// enum, "integer", uniqueItems) with big.Rat's SetString, which refuses an
+// exponent beyond 1e6 (1e2000000), and then uses the nil it got: a
+// document any poster can send, and a claim query runs on a worker
+// socket's own goroutine, where a panic ends the server. Such a document
+// is refused; PostgreSQL cannot hold its number as jsonb either, so every
+// store leaves the verdict to this.
+func validate(c *jsonschema.Schema, v any) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = errors.New("the value cannot be checked against the schema: a number in it is beyond what can be compared")
+		}
+	}()
+	return c.Validate(v)
 }
 
 // Decode parses one JSON value as the schema library reads it: numbers kept

@@ -98,6 +98,40 @@ func TestValidateKeepsBigNumbersExact(t *testing.T) {
 	}
 }
 
+// A number whose exponent the library's big.Rat refuses (beyond 1e6) made
+// Validate panic where the library compares it (a bound, a const, an
+// enum, "integer", uniqueItems): input any poster can send, and a worker
+// socket's claim runs its query on a goroutine of its own, so the panic
+// ended the server. Such a value is refused, with a violation.
+func TestValidateRefusesNumbersItCannotCompare(t *testing.T) {
+	for _, tc := range []struct{ schema, doc string }{
+		{`{"type":"integer"}`, `1e2000000`},
+		{`{"minimum":0}`, `1e2000000`},
+		{`{"properties":{"n":{"maximum":0}}}`, `{"n":-1e2000000}`},
+		{`{"const":1}`, `1e-2000000`},
+		{`{"enum":[1,2]}`, `1E+2000000`},
+		{`{"uniqueItems":true}`, `[1e2000000,1e2000000]`},
+		{`{"multipleOf":2}`, `1e2000000`},
+	} {
+		var v []domain.Violation
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%s against %s: panic: %v", tc.doc, tc.schema, r)
+				}
+			}()
+			v = mustCompile(t, tc.schema).Validate(json.RawMessage(tc.doc))
+		}()
+		if len(v) == 0 {
+			t.Errorf("%s against %s: valid, want a violation", tc.doc, tc.schema)
+		}
+	}
+	// Where the library does not compare it, it judges as before.
+	if v := mustCompile(t, `{"type":"object"}`).Validate(json.RawMessage(`{"n":1e2000000}`)); v != nil {
+		t.Errorf("an object holding 1e2000000 against type object: %v, want valid", v)
+	}
+}
+
 func TestAnyAcceptsEverything(t *testing.T) {
 	for _, doc := range []string{`null`, `1`, `"x"`, `[]`, `{"a": {}}`} {
 		if v := schema.Any().Validate(json.RawMessage(doc)); v != nil {

@@ -43,9 +43,21 @@ func NewQuery(tb testing.TB, text string) *Query {
 	return &Query{text: buf.String(), schema: s}
 }
 
-func (q *Query) Key() string                     { return q.text }
-func (q *Query) Match(item json.RawMessage) bool { return len(q.schema.Validate(item)) == 0 }
-func (q *Query) Query() json.RawMessage          { return json.RawMessage(q.text) }
+func (q *Query) Key() string            { return q.text }
+func (q *Query) Query() json.RawMessage { return json.RawMessage(q.text) }
+
+// Match reads an item that a store holds as none (posted as null) as null,
+// as app's matcher does.
+func (q *Query) Match(item json.RawMessage) bool {
+	if len(item) == 0 {
+		item = json.RawMessage("null")
+	}
+	return len(q.schema.Validate(item)) == 0
+}
+
+// Accepts is the schema library's verdict on item as it was posted: what
+// a claim is to be held to.
+func (q *Query) Accepts(item json.RawMessage) bool { return len(q.schema.Validate(item)) == 0 }
 
 // QueryItems are items that tell JSON Schema's rules apart from a
 // database's: numbers equal by value, integers written with a fraction,

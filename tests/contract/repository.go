@@ -56,6 +56,7 @@ func TestRepository(t *testing.T, open func(t *testing.T) ports.TaskRepository) 
 		{"ClaimQueryIdle", testClaimQueryIdle},
 		{"ClaimMatchersAgainstModel", testClaimMatchersAgainstModel},
 		{"ClaimQueries", testClaimQueries},
+		{"ClaimQueriesDifferential", testClaimQueriesDifferential},
 		{"ClaimRace", testClaimRace},
 		{"FinishRace", testFinishRace},
 		{"Each", testEach},
