@@ -28,6 +28,9 @@ func TestClaimQueriesAgreeWithTheSchema(t *testing.T) {
 			t.Fatalf("query %s: %v", query, err)
 		}
 		for _, item := range contract.DiffItems {
+			if domain.OversizedNumber([]byte(item)) != "" {
+				continue // refused by every post (TestBadItemsChangeNothing)
+			}
 			n++
 			q := &domain.Queue{Host: f.q.Host, Name: fmt.Sprintf("q%d", n), Settings: f.q.Settings,
 				Item: schema.Any(), Progress: schema.Any(), Result: schema.Any()}
@@ -59,7 +62,7 @@ func FuzzClaimQuery(f *testing.F) {
 		f.Add(contract.DiffQueries[i*7%len(contract.DiffQueries)], item)
 	}
 	f.Fuzz(func(t *testing.T, query, item string) {
-		if !json.Valid([]byte(query)) || !json.Valid([]byte(item)) {
+		if !json.Valid([]byte(query)) || !json.Valid([]byte(item)) || domain.OversizedNumber([]byte(item)) != "" {
 			return // not a query a worker can send, or an item a post takes
 		}
 		s, err := schema.Compile(json.RawMessage(query))

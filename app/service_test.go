@@ -138,6 +138,7 @@ func TestBadItemsChangeNothing(t *testing.T) {
 	}{
 		{"not JSON", `{"url":`, domain.KindInvalid, "invalid_json"},
 		{"breaks schema", `{"width":1}`, domain.KindSchema, "invalid_item"},
+		{"a number too large to judge", `{"url":"a","n":1e1001}`, domain.KindSchema, "invalid_item"},
 		{"too large", `{"url":"` + string(make([]byte, 40)) + `"}`, domain.KindTooLarge, "too_large"},
 	}
 	for _, c := range cases {

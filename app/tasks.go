@@ -408,6 +408,10 @@ func payload(q *domain.Queue, schema domain.Schema, raw []byte, code domain.Code
 		return nil, &domain.Error{Kind: domain.KindInvalid, Code: domain.CodeInvalidJSON, Message: "body is not valid JSON: " + err.Error()}
 	}
 	doc := json.RawMessage(buf.Bytes())
+	if n := domain.OversizedNumber(doc); n != "" {
+		return nil, &domain.Error{Kind: domain.KindSchema, Code: code, Message: "holds a number too large to judge", Details: []domain.Violation{{
+			Message: fmt.Sprintf("number %s has more than %d digits or an exponent beyond %d", n, domain.MaxNumberDigits, domain.MaxNumberExponent)}}}
+	}
 	if schema != nil {
 		if v := schema.Validate(doc); len(v) > 0 {
 			return nil, &domain.Error{Kind: domain.KindSchema, Code: code, Message: "does not match the queue's schema", Details: v}
