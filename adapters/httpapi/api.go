@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/gorilla/websocket"
@@ -240,6 +241,28 @@ func (a *API) recheck(r *http.Request, action domain.Action) (*domain.Queue, err
 		return nil, err
 	}
 	return q, nil
+}
+
+// rechecker is recheck of r for action, for a socket, which asks at every
+// message: its answer is kept for the host configuration it was read from,
+// and read again only once a reload has put another in force (a new
+// *domain.Host), so a message costs no token comparisons with every user.
+func (a *API) rechecker(r *http.Request, action domain.Action) func() (*domain.Queue, error) {
+	type answer struct {
+		host *domain.Host
+		q    *domain.Queue
+		err  error
+	}
+	var last atomic.Pointer[answer]
+	return func() (*domain.Queue, error) {
+		h, _ := a.lookupHost(r.Host)
+		if l := last.Load(); l != nil && h != nil && l.host == h {
+			return l.q, l.err
+		}
+		q, err := a.recheck(r, action)
+		last.Store(&answer{host: h, q: q, err: err})
+		return q, err
+	}
 }
 
 // token is the bearer token of r; WebSocket upgrades may pass it as

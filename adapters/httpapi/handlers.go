@@ -219,7 +219,7 @@ func (a *API) work(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, errNoRoute)
 		return
 	}
-	a.sockets.Work(w, r, queueOf(r), user, func() (*domain.Queue, error) { return a.recheck(r, domain.ActionWork) })
+	a.sockets.Work(w, r, queueOf(r), user, a.rechecker(r, domain.ActionWork))
 }
 
 func (a *API) watch(w http.ResponseWriter, r *http.Request) {
@@ -237,7 +237,7 @@ func (a *API) watch(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, errNoRoute)
 		return
 	}
-	a.sockets.Watch(w, r, q, id, func() (*domain.Queue, error) { return a.recheck(r, domain.ActionStatus) })
+	a.sockets.Watch(w, r, q, id, a.rechecker(r, domain.ActionStatus))
 }
 
 // notFoundAsTask gives a missing task the task's own error code.
