@@ -302,6 +302,13 @@ func (c *queryCache) matcher(query json.RawMessage) (ports.Matcher, error) {
 	if ok {
 		return m, nil
 	}
+	// Bounded as a payload's numbers (payload): the schema compares them
+	// exactly, at a cost that grows with their size, and a query is tried
+	// on every pending task (a const of 1e999999 costs 20 ms a task).
+	if n := domain.OversizedNumber(buf.Bytes()); n != "" {
+		return nil, domain.E(domain.KindInvalid, domain.CodeInvalidQuery,
+			"query holds the number %s, of more than %d digits or an exponent beyond %d", n, domain.MaxNumberDigits, domain.MaxNumberExponent)
+	}
 	schema, err := c.compiler.Compile(json.RawMessage(text))
 	if err != nil {
 		return nil, domain.E(domain.KindInvalid, domain.CodeInvalidQuery, "query is not a valid JSON Schema: %v", err)

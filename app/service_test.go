@@ -504,6 +504,35 @@ func TestClaimQuery(t *testing.T) {
 	}
 }
 
+// TestAClaimQueryWithANumberTooLargeToJudgeIsRefused: a claim query is
+// bounded as a payload is (domain.OversizedNumber). Comparing one item's
+// number with a const of 1e999999 costs about 20 ms, and a query is tried
+// on every pending task, again for each distinct query a worker sends: a
+// worker (on a public queue, anyone) could spend the server's CPU for
+// minutes with one claim. It is refused at once with invalid_query.
+func TestAClaimQueryWithANumberTooLargeToJudgeIsRefused(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	ctx := context.Background()
+	posted := f.post(t, `{"url":"a","size":1}`)
+	for _, query := range []string{
+		`{"properties":{"size":{"const":1e999999}}}`,
+		`{"properties":{"size":{"enum":[1,` + strings.Repeat("9", domain.MaxNumberDigits+1) + `]}}}`,
+	} {
+		_, err := f.svc.Claim(ctx, f.q, "w", json.RawMessage(query), 0)
+		var e *domain.Error
+		if !errors.As(err, &e) || e.Code != domain.CodeInvalidQuery {
+			t.Errorf("claim with %.60s: %v, want invalid_query", query, err)
+		}
+		_, _, err = f.svc.ListTasks(ctx, f.q, app.ListQuery{Status: domain.Pending, Limit: 10, Query: json.RawMessage(query)})
+		if !errors.As(err, &e) || e.Code != domain.CodeInvalidQuery {
+			t.Errorf("list with %.60s: %v, want invalid_query", query, err)
+		}
+	}
+	if task, err := f.svc.Claim(ctx, f.q, "w", json.RawMessage(`{"properties":{"size":{"enum":[1e1000,1]}}}`), 0); err != nil || task.ID != posted.ID {
+		t.Errorf("a query within the bounds claimed %q, %v; want %s", task.ID, err, posted.ID)
+	}
+}
+
 func TestLogFailureIsNotAcknowledged(t *testing.T) {
 	f := newFixture(t, domain.DefaultSettings())
 	f.log.Fail(&domain.Error{Kind: domain.KindUnavailable, Code: "log_unavailable", Message: "disc full"})

@@ -1,0 +1,87 @@
+package httpapi_test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/taskhoster/taskhoster/adapters/clock"
+	"github.com/taskhoster/taskhoster/adapters/folderconfig"
+	"github.com/taskhoster/taskhoster/adapters/httpapi"
+	"github.com/taskhoster/taskhoster/adapters/index"
+	"github.com/taskhoster/taskhoster/adapters/notify"
+	"github.com/taskhoster/taskhoster/adapters/schema"
+	"github.com/taskhoster/taskhoster/app"
+	"github.com/taskhoster/taskhoster/domain"
+	"github.com/taskhoster/taskhoster/ports"
+)
+
+// reloadAtClaim is a store whose next claim, once it has taken a task,
+// runs reload before the claim returns: a reload that lands between a
+// claim's win and its answer.
+type reloadAtClaim struct {
+	ports.TaskRepository
+	reload func()
+}
+
+func (r *reloadAtClaim) ClaimNext(ctx context.Context, q domain.QueueRef, m ports.Matcher, now time.Time, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+	t, err := r.TaskRepository.ClaimNext(ctx, q, m, now, fn, then)
+	if err == nil && r.reload != nil {
+		r.reload()
+		r.reload = nil
+	}
+	return t, err
+}
+
+// TestAClaimWonAsItsRightGoesGivesItsTaskBack: an HTTP claim that takes a
+// task just as a reload takes the worker's work right away is answered the
+// error (403), and the task is pending again at once, not leased to a
+// worker that may no longer hand it in.
+func TestAClaimWonAsItsRightGoesGivesItsTaskBack(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		path := filepath.Join(dir, testHost, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("taskhoster-users/alice.json", `{"name":"alice","token":"`+aliceToken+`"}`)
+	write("taskhoster-users/box.json", `{"name":"box","token":"`+boxToken+`"}`)
+	write("taskhoster-queues/resize.json", `{"item":{},"access":{"post":["alice"],"status":["alice"],"work":["box"]}}`)
+	live, err := folderconfig.New(dir, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo := &reloadAtClaim{TaskRepository: index.New()}
+	api := httpapi.New(app.New(app.Deps{
+		Repo: repo, Syncer: nopSync{}, Log: nopLog{}, Notifier: notify.NewHub(),
+		Clock: clock.System{}, Compiler: schema.Compiler{}, Pauses: &memPauses{},
+	}), live, httpapi.Options{})
+
+	id := postAs(t, api, "resize", aliceToken, `{}`)
+	repo.reload = func() {
+		write("taskhoster-queues/resize.json", `{"item":{},"access":{"post":["alice"],"status":["alice"],"work":["alice"]}}`)
+		if _, problems := live.Reload(); folderconfig.HasErrors(problems) {
+			t.Errorf("reload: %v", problems)
+		}
+	}
+	code, m := call(t, api, "POST", "/resize/claim", boxToken, `{}`)
+	wantError(t, "a claim won as the work right went", code, m, http.StatusForbidden, "forbidden")
+
+	got, err := repo.Get(context.Background(), domain.Key{Host: testHost, Queue: "resize", ID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != domain.Pending || got.Lease != nil {
+		t.Errorf("task after its claim was refused: status %s, lease %v; want pending, no lease", got.Status, got.Lease)
+	}
+}
