@@ -85,7 +85,9 @@ func (s *Service) claim(ctx context.Context, q *domain.Queue, worker string, que
 	}
 	defer context.AfterFunc(s.drained, cancel)()
 	err = s.notifier.Await(waitCtx, q.Ref(), func() (bool, error) {
-		got, gotSub, err := s.claimSubscribed(context.WithoutCancel(ctx), q, worker, m, buffer)
+		// The queue in force at each look: a reload while the claim
+		// waited may have lowered maxAttempts.
+		got, gotSub, err := s.claimSubscribed(context.WithoutCancel(ctx), s.current(q), worker, m, buffer)
 		if errors.Is(err, domain.ErrNotFound) {
 			if !looked && place == nil {
 				// Nothing yet: from now on it waits, in a place of its own.

@@ -36,6 +36,10 @@ type Deps struct {
 	Clock    ports.Clock
 	Compiler ports.SchemaCompiler
 	Pauses   ports.Pauses // optional: without it no queue can be paused
+	// Config, optional, is the configuration in force: a claim that waits
+	// judges each look by its queue as that has it then (a reload's
+	// maxAttempts and leaseSeconds), not as it was when the claim began.
+	Config ports.Config
 	Observer Observer     // optional
 	Logger   *zap.Logger  // optional
 	// MaxWaiting bounds the claims waiting for work at once, over HTTP and
@@ -60,6 +64,7 @@ type Service struct {
 	notifier ports.Notifier
 	clock    ports.Clock
 	pauses   ports.Pauses
+	config   ports.Config
 	observer Observer
 	logger   *zap.Logger
 	queries  *queryCache
@@ -92,11 +97,26 @@ func New(d Deps) *Service {
 	return &Service{
 		maxWaiting: int64(d.MaxWaiting), movesBackAtOnce: max(d.MovesBackAtOnce, 1),
 		repo: d.Repo, syncer: d.Syncer, log: d.Log, notifier: d.Notifier,
-		clock: d.Clock, pauses: d.Pauses, observer: d.Observer, logger: d.Logger,
+		clock: d.Clock, pauses: d.Pauses, config: d.Config, observer: d.Observer, logger: d.Logger,
 		queries: newQueryCache(d.Compiler, 512),
 		drained: drained, drain: drain,
 		delays: delays{timers: make(map[domain.QueueRef]*alarm)},
 	}
+}
+
+// current is q as the configuration in force has it now; q itself without
+// a Config, or once q's file is gone (the socket or request that waits is
+// being let go).
+func (s *Service) current(q *domain.Queue) *domain.Queue {
+	if s.config == nil {
+		return q
+	}
+	if h, ok := s.config.Host(q.Host); ok {
+		if now := h.Queues[q.Name]; now != nil {
+			return now
+		}
+	}
+	return q
 }
 
 // A Place is one of the server's places for a claim waiting for work: the

@@ -767,6 +767,96 @@ func TestRequeueAllTriesEveryTaskAndCountsFailures(t *testing.T) {
 // the next claim hands out the task behind it, and makes the spent one a
 // dead letter (SPEC §11: no task is handed out more than maxAttempts
 // times).
+// reloadable is a ports.Config of one queue, which a test replaces as a
+// reload would.
+type reloadable struct{ q atomic.Pointer[domain.Queue] }
+
+func (c *reloadable) Host(name string) (*domain.Host, bool) {
+	q := c.q.Load()
+	if name != q.Host {
+		return nil, false
+	}
+	return &domain.Host{Name: q.Host, Queues: map[string]*domain.Queue{q.Name: q}}, true
+}
+
+func (c *reloadable) Queues() []*domain.Queue { return []*domain.Queue{c.q.Load()} }
+
+// TestAWaitingClaimJudgesByTheQueueInForce: a claim that began waiting
+// under maxAttempts 3 and is woken after a reload lowered it to 2 judges
+// the task it finds by 2: a task with 2 attempts spent becomes a dead
+// letter, not the claim's third attempt.
+func TestAWaitingClaimJudgesByTheQueueInForce(t *testing.T) {
+	s := domain.DefaultSettings()
+	s.MaxAttempts = 3
+	f := newFixture(t, s)
+	cfg := &reloadable{}
+	cfg.q.Store(f.q)
+	hub := notify.NewHub()
+	svc := app.New(app.Deps{
+		Repo: f.repo, Syncer: f.sync, Log: f.log, Notifier: hub,
+		Clock: f.clock, Compiler: schema.Compiler{}, Config: cfg,
+	})
+	ctx := context.Background()
+	task, err := svc.Post(ctx, f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held domain.Task
+	for i := range 2 {
+		if held, err = svc.Claim(ctx, f.q, "w", nil, 0); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if _, err := svc.Requeue(ctx, f.q, task.ID, domain.HolderOf(held), domain.CauseSocket); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	claimCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type claimed struct {
+		t   domain.Task
+		err error
+	}
+	got := make(chan claimed, 1)
+	go func() {
+		t, err := svc.Claim(claimCtx, f.q, "late", nil, 30*time.Second)
+		got <- claimed{t, err}
+	}()
+	waitUntil(t, "the claim to wait", func() bool { return hub.Waiting(f.q.Ref()) == 1 })
+
+	reloaded := *f.q
+	reloaded.Settings.MaxAttempts = 2
+	cfg.q.Store(&reloaded)
+	if ok, err := svc.Requeue(ctx, f.q, task.ID, domain.HolderOf(held), domain.CauseSocket); err != nil || !ok {
+		t.Fatalf("requeue: %v %v", ok, err)
+	}
+	waitUntil(t, "the task to become a dead letter", func() bool {
+		t, err := svc.Get(ctx, f.q, task.ID)
+		return err == nil && t.Status == domain.Failed
+	})
+	cancel()
+	if c := <-got; c.err == nil {
+		t.Errorf("the waiting claim took %s at attempt %d, past the reloaded maxAttempts 2", c.t.ID, c.t.Attempts)
+	}
+}
+
+// waitUntil retries cond until it holds or 10 s pass.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s", what)
+		case <-tick.C:
+		}
+	}
+}
+
 func TestAClaimSkipsATaskALoweredMaxAttemptsHasSpent(t *testing.T) {
 	s := domain.DefaultSettings()
 	s.MaxAttempts = 5

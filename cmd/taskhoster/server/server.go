@@ -422,6 +422,7 @@ var ServiceModule = fx.Module("app",
 		Activity *dashboard.Activity
 		Logger   *zap.Logger
 		Config   Config
+		Hosts    ports.Config
 		Pauses   ports.Pauses
 	}) *app.Service {
 		// On files many moves back at once share commits; on PostgreSQL
@@ -434,7 +435,7 @@ var ServiceModule = fx.Module("app",
 		return app.New(app.Deps{
 			Repo: d.Repo, Syncer: d.Syncer, Log: d.Log, Notifier: d.Notifier,
 			Clock: d.Clock, Compiler: d.Compiler, Observer: observers{d.Metrics, d.Activity}, Logger: d.Logger,
-			MaxWaiting: d.Config.MaxWaiting, Pauses: d.Pauses, MovesBackAtOnce: movesBack,
+			MaxWaiting: d.Config.MaxWaiting, Pauses: d.Pauses, MovesBackAtOnce: movesBack, Config: d.Hosts,
 		})
 	}),
 	fx.Invoke(func(lc fx.Lifecycle, cfg Config, svc *app.Service, corrupt corruptFiles, config ports.Config, syncer ports.Syncer, logger *zap.Logger) {
