@@ -1,6 +1,7 @@
 # Taskhoster: build, run the bundled example, test, fuzz.
 #
-#   make run                  serve examples/hosts on 127.0.0.1:8080
+#   make run                  serve examples/hosts on 127.0.0.1:8080 (admin 127.0.0.1:9090;
+#                             other ports: make run RUN_ADDR=127.0.0.1:8081 RUN_ADMIN_ADDR=127.0.0.1:9091)
 #   make test                 vet and staticcheck, then every test with the race detector
 #   make fuzz FUZZTIME=2m     every Fuzz target, one after the other
 #   make faults FAULT_CYCLES=100  kill -9 the server that often under load, then
@@ -23,8 +24,13 @@ export PATH := $(PATH):/usr/local/go/bin
 build:
 	$(GO) build -o $(BIN) ./cmd/taskhoster
 
+# Where make run listens: the API, and the admin listener (/metrics,
+# /healthz), whose default 127.0.0.1:9090 is also Prometheus's.
+RUN_ADDR       ?= 127.0.0.1:8080
+RUN_ADMIN_ADDR ?= 127.0.0.1:9090
+
 run: build
-	$(BIN) serve --hosts examples/hosts --items var/taskhoster-items --logs var/taskhoster-logs --addr 127.0.0.1:8080
+	$(BIN) serve --hosts examples/hosts --items var/taskhoster-items --logs var/taskhoster-logs --addr $(RUN_ADDR) --admin-addr $(RUN_ADMIN_ADDR)
 
 # Plain `go test` also runs every Fuzz target over its seed corpus (the f.Add
 # values and testdata/fuzz/), so the corpora are part of `make test`. The

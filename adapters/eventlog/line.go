@@ -16,10 +16,10 @@ import (
 // worker is involved), bytes (item, progress, result, error: the byte
 // lengths of the task's payloads as its file holds them) and archived.
 // "error" is the task's error code on a failed line (SPEC §8: a worker's
-// failure "failed", a dead letter "attempts", a corrupt file "corrupt") and
-// on a cancelled line ("cancelled", SPEC §12: the task failed with it, so
-// Task Logs finds it by error code as well as by event); no other line has
-// the field. encodeLine writes it.
+// failure "failed", a dead letter "attempts", a corrupt file "corrupt"); no
+// other line has the field. A cancelled line is the seed's, without it: its
+// event names the cause (Task Logs reads it as error "cancelled",
+// tasklog.ParseLine). encodeLine writes it.
 
 // atLayout always prints three fractional digits, so lines of one file line
 // up and sort as text.
