@@ -15,7 +15,7 @@ func TestEveryCommandHelp(t *testing.T) {
 	s := &server{t: t, url: "http://127.0.0.1:1"} // nothing listens there
 	// The flags that come from the command line only: one call's key or
 	// batch, and the address of logs serve (TASKHOSTER_ADDR is serve's).
-	cmdLineOnly := map[string]bool{"key": true, "batch": true}
+	cmdLineOnly := map[string]bool{"key": true, "batch": true, "status": true}
 	commands := []struct {
 		args []string
 		envs []string // some variables the help must list
@@ -31,7 +31,7 @@ func TestEveryCommandHelp(t *testing.T) {
 		{[]string{"fail"}, []string{"TASKHOSTER_REASON", "TASKHOSTER_WORKER"}},
 		{[]string{"cancel"}, []string{"TASKHOSTER_TOKEN"}},
 		{[]string{"retry"}, []string{"TASKHOSTER_TOKEN"}},
-		{[]string{"purge"}, []string{"TASKHOSTER_STATUS"}},
+		{[]string{"purge"}, []string{"TASKHOSTER_TOKEN"}},
 		{[]string{"pause"}, []string{"TASKHOSTER_TOKEN"}},
 		{[]string{"resume"}, []string{"TASKHOSTER_TOKEN"}},
 		{[]string{"tasks"}, []string{"TASKHOSTER_LIMIT", "TASKHOSTER_AFTER"}},
