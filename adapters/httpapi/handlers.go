@@ -133,8 +133,12 @@ func (a *API) claim(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err)
 		return
 	}
-	ctx, done := a.waitFor(r)
-	defer done()
+	ctx := r.Context()
+	if wait > 0 { // a claim that looks once has nothing for a reload to end
+		var done func()
+		ctx, done = a.waitFor(r)
+		defer done()
+	}
 	if req.Max != nil {
 		a.claimMany(ctx, w, r, worker, req, wait)
 		return
