@@ -156,6 +156,9 @@ func (s *Service) ClaimMany(ctx context.Context, q *domain.Queue, worker string,
 	}
 	tasks := []domain.Task{first}
 	m, _ := s.queries.matcher(query) // compiled by Claim already
+	// The rest are judged by the queue in force, as Claim's last look was:
+	// a reload while the claim waited may have lowered maxAttempts.
+	q = s.current(q)
 	for len(tasks) < n && !s.Paused(q) {
 		t, _, err := s.claimStored(ctx, q, worker, m, 0)
 		if errors.Is(err, domain.ErrNotFound) {

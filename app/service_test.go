@@ -842,6 +842,82 @@ func TestAWaitingClaimJudgesByTheQueueInForce(t *testing.T) {
 	}
 }
 
+// TestABatchClaimJudgesEveryTaskByTheQueueInForce: a batch claim (max)
+// that waited while a reload lowered maxAttempts from 3 to 2 judges the
+// tasks it takes after its first by 2 as well: one with 2 attempts spent
+// becomes a dead letter, not the batch's second task at attempt 3.
+func TestABatchClaimJudgesEveryTaskByTheQueueInForce(t *testing.T) {
+	s := domain.DefaultSettings()
+	s.MaxAttempts = 3
+	f := newFixture(t, s)
+	cfg := &reloadable{}
+	cfg.q.Store(f.q)
+	hub := notify.NewHub()
+	svc := app.New(app.Deps{
+		Repo: f.repo, Syncer: f.sync, Log: f.log, Notifier: hub,
+		Clock: f.clock, Compiler: schema.Compiler{}, Config: cfg, Pauses: f.repo,
+	})
+	ctx := context.Background()
+	// fresh is pending before spent: the batch's first claim, judged by
+	// the queue in force, takes fresh; the rest meet spent.
+	fresh, err := svc.Post(ctx, f.q, "alice", []byte(`{"url":"fresh"}`), app.PostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(time.Second)
+	spent, err := svc.Post(ctx, f.q, "alice", []byte(`{"url":"spent"}`), app.PostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held domain.Task
+	for i := range 2 {
+		if held, err = svc.Claim(ctx, f.q, "w", json.RawMessage(`{"properties":{"url":{"const":"spent"}}}`), 0); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			if _, err := svc.Requeue(ctx, f.q, spent.ID, domain.HolderOf(held), domain.CauseSocket); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := svc.SetPaused(ctx, f.q, true); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(time.Second)
+	if ok, err := svc.Requeue(ctx, f.q, spent.ID, domain.HolderOf(held), domain.CauseSocket); err != nil || !ok {
+		t.Fatalf("requeue: %v %v", ok, err)
+	}
+
+	type claimed struct {
+		tasks []domain.Task
+		err   error
+	}
+	got := make(chan claimed, 1)
+	go func() {
+		tasks, err := svc.ClaimMany(ctx, f.q, "late", nil, 30*time.Second, 2)
+		got <- claimed{tasks, err}
+	}()
+	waitUntil(t, "the batch claim to wait", func() bool { return hub.Waiting(f.q.Ref()) == 1 })
+	reloaded := *f.q
+	reloaded.Settings.MaxAttempts = 2
+	cfg.q.Store(&reloaded)
+	if err := svc.SetPaused(ctx, f.q, false); err != nil {
+		t.Fatal(err)
+	}
+	c := <-got
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	for _, task := range c.tasks {
+		if task.ID != fresh.ID {
+			t.Errorf("the batch claim took %s at attempt %d, past the reloaded maxAttempts 2", task.ID, task.Attempts)
+		}
+	}
+	if task, err := svc.Get(ctx, f.q, spent.ID); err != nil || task.Status != domain.Failed {
+		t.Errorf("the spent task: status %s, %v; want failed (a dead letter)", task.Status, err)
+	}
+}
+
 // waitUntil retries cond until it holds or 10 s pass.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
