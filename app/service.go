@@ -39,9 +39,9 @@ type Deps struct {
 	// Config, optional, is the configuration in force: a claim that waits
 	// judges each look by its queue as that has it then (a reload's
 	// maxAttempts and leaseSeconds), not as it was when the claim began.
-	Config ports.Config
-	Observer Observer     // optional
-	Logger   *zap.Logger  // optional
+	Config   ports.Config
+	Observer Observer    // optional
+	Logger   *zap.Logger // optional
 	// MaxWaiting bounds the claims waiting for work at once, over HTTP and
 	// sockets together (each costs a goroutine and a timer). Default 50 000.
 	MaxWaiting int
