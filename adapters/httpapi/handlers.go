@@ -136,7 +136,10 @@ func (a *API) claim(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	if wait > 0 { // a claim that looks once has nothing for a reload to end
 		var done func()
-		ctx, done = a.waitFor(r)
+		if ctx, done, err = a.waitFor(r); err != nil {
+			a.writeError(w, r, err)
+			return
+		}
 		defer done()
 	}
 	if req.Max != nil {

@@ -29,19 +29,28 @@ type poll struct {
 
 // waitFor registers a claim of r that may wait: its context ends, with the
 // reason as its cause, once a Recheck finds r no longer allowed. Call done
-// when the claim has returned.
-func (a *API) waitFor(r *http.Request) (ctx context.Context, done func()) {
+// when the claim has returned. r was authorized under the configuration in
+// force when it came, and a reload may have put another in force, and run
+// its Recheck, before r was registered (while its body came): so r is
+// checked once more here, after the registration, and if it is no longer
+// allowed waitFor returns why (done is then already called).
+func (a *API) waitFor(r *http.Request) (ctx context.Context, done func(), err error) {
 	ctx, cancel := context.WithCancelCause(r.Context())
 	p := &poll{r: r, cancel: cancel}
 	a.polls.mu.Lock()
 	a.polls.waiting[p] = struct{}{}
 	a.polls.mu.Unlock()
-	return ctx, func() {
+	done = func() {
 		a.polls.mu.Lock()
 		delete(a.polls.waiting, p)
 		a.polls.mu.Unlock()
 		cancel(nil)
 	}
+	if _, err := a.recheck(r, domain.ActionWork); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return ctx, done, nil
 }
 
 // Recheck ends the waiting claims whose queue or work right is gone from the

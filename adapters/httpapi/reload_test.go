@@ -2,7 +2,10 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -84,4 +87,66 @@ func TestAClaimWonAsItsRightGoesGivesItsTaskBack(t *testing.T) {
 	if got.Status != domain.Pending || got.Lease != nil {
 		t.Errorf("task after its claim was refused: status %s, lease %v; want pending, no lease", got.Status, got.Lease)
 	}
+}
+
+// TestAClaimLetInJustBeforeAReloadIsEndedByIt: a claim authorized under
+// the configuration before a reload, whose wait begins only after the
+// reload's Recheck ran (here: its body came after the reload), is not
+// left waiting with the work right the reload took away: it is answered
+// 403 at once, as Recheck would have, not 204 at the end of its wait (nor
+// a task it would have to give back, an attempt spent).
+func TestAClaimLetInJustBeforeAReloadIsEndedByIt(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) {
+		t.Helper()
+		path := filepath.Join(dir, testHost, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("taskhoster-users/alice.json", `{"name":"alice","token":"`+aliceToken+`"}`)
+	write("taskhoster-users/box.json", `{"name":"box","token":"`+boxToken+`"}`)
+	write("taskhoster-queues/resize.json", `{"item":{},"access":{"post":["alice"],"status":["alice"],"work":["box"]}}`)
+	live, err := folderconfig.New(dir, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httpapi.New(app.New(app.Deps{
+		Repo: index.New(), Syncer: nopSync{}, Log: nopLog{}, Notifier: notify.NewHub(),
+		Clock: clock.System{}, Compiler: schema.Compiler{}, Pauses: &memPauses{},
+	}), live, httpapi.Options{})
+
+	body, send := io.Pipe()
+	req := httptest.NewRequest("POST", "http://"+testHost+"/resize/claim", body)
+	req.Header.Set("Authorization", "Bearer "+boxToken)
+	rec := httptest.NewRecorder()
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		api.ServeHTTP(rec, req)
+	}()
+	// The handler reads the body only once it has authorized the claim.
+	if _, err := send.Write([]byte(`{"wait":`)); err != nil {
+		t.Fatal(err)
+	}
+	write("taskhoster-queues/resize.json", `{"item":{},"access":{"post":["alice"],"status":["alice"],"work":["alice"]}}`)
+	if _, problems := live.Reload(); folderconfig.HasErrors(problems) {
+		t.Fatalf("reload: %v", problems)
+	}
+	api.Recheck()
+	if _, err := send.Write([]byte(`1}`)); err != nil {
+		t.Fatal(err)
+	}
+	send.Close()
+	<-served
+	var m map[string]any
+	if rec.Body.Len() > 0 {
+		if err := json.Unmarshal(rec.Body.Bytes(), &m); err != nil {
+			t.Fatalf("body %q: %v", rec.Body, err)
+		}
+	}
+	wantError(t, "a claim let in just before a reload took its work right", rec.Code, m, http.StatusForbidden, "forbidden")
 }
