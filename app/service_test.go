@@ -763,10 +763,6 @@ func TestRequeueAllTriesEveryTaskAndCountsFailures(t *testing.T) {
 	}
 }
 
-// A reload that lowers maxAttempts below what a pending task has used:
-// the next claim hands out the task behind it, and makes the spent one a
-// dead letter (SPEC §11: no task is handed out more than maxAttempts
-// times).
 // reloadable is a ports.Config of one queue, which a test replaces as a
 // reload would.
 type reloadable struct{ q atomic.Pointer[domain.Queue] }
@@ -933,6 +929,10 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// A reload that lowers maxAttempts below what a pending task has used:
+// the next claim hands out the task behind it, and makes the spent one a
+// dead letter (SPEC §11: no task is handed out more than maxAttempts
+// times).
 func TestAClaimSkipsATaskALoweredMaxAttemptsHasSpent(t *testing.T) {
 	s := domain.DefaultSettings()
 	s.MaxAttempts = 5

@@ -53,6 +53,7 @@ func (s *Sockets) Watch(w http.ResponseWriter, r *http.Request, q *domain.Queue,
 		logger: s.logger.With(zap.String("host", q.Host), zap.String("queue", q.Name), zap.String("id", id)),
 	}
 	defer s.track(wt)()
+	wt.recheck() // as a worker socket does: a reload before track missed it
 	gone := make(chan struct{})
 	go func() {
 		defer close(gone)

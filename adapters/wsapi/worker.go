@@ -68,6 +68,9 @@ func (s *Sockets) Work(w http.ResponseWriter, r *http.Request, q *domain.Queue, 
 	}
 	wk.q.Store(q)
 	untrack := s.track(wk)
+	// A reload between the upgrade request's check and track would not
+	// have reached this socket: look once now that any later one will.
+	wk.recheck()
 	wk.read()
 	untrack()
 	wk.release()

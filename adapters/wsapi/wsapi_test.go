@@ -223,6 +223,30 @@ func TestRecheckLetsGoASocketThatLostItsRight(t *testing.T) {
 	}
 }
 
+// TestASocketOpenedAcrossAReloadIsCheckedOnce: a reload that took the
+// right between the upgrade request's check and the socket's joining the
+// ones Recheck sees is not missed: the socket looks once as it joins, and
+// is let go without a word from its peer.
+func TestASocketOpenedAcrossAReloadIsCheckedOnce(t *testing.T) {
+	f := newFixture(t, index.New(), wsapi.Options{})
+	task, err := f.svc.Post(context.Background(), f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.revoked.Store(errRevoked) // the fixture's routes check nothing before the upgrade
+	c := f.dial(t, "/work?worker=w1")
+	if got := read(t, c); !strings.Contains(got, `"error":"forbidden"`) {
+		t.Errorf("worker socket told %s, want forbidden", got)
+	}
+	if code := closeCode(t, c); code != websocket.ClosePolicyViolation {
+		t.Errorf("worker socket closed with %d, want %d", code, websocket.ClosePolicyViolation)
+	}
+	w := f.dial(t, "/watch/"+task.ID)
+	if code := closeCode(t, w); code != websocket.ClosePolicyViolation {
+		t.Errorf("watch socket closed with %d, want %d", code, websocket.ClosePolicyViolation)
+	}
+}
+
 // TestAClaimWonAfterTheRightWentIsNotSent: a claim that takes a task after
 // its worker lost the right (a reload between the claim's wait and its
 // win) does not send the item: it answers the claim with the error, closes
