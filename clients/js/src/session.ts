@@ -171,6 +171,14 @@ export class Session {
     if (this.#isClosed) return Promise.reject(new SessionClosedError("worker socket closed"));
     for (const s of signals) if (s.aborted) return Promise.reject(s.reason);
     const ref = ++this.#nextRef;
+    let text: string;
+    try {
+      // Before the reply slot is taken: a value JSON cannot carry (a
+      // BigInt, a cycle) must not leave a slot no reply will ever free.
+      text = JSON.stringify({ ...m, ref });
+    } catch (err) {
+      return Promise.reject(err);
+    }
     return new Promise<Message>((resolve, reject) => {
       const abort = (e: Event) => {
         this.#waiting.delete(ref);
@@ -191,7 +199,7 @@ export class Session {
           reject(err);
         },
       });
-      this.#ws.send(JSON.stringify({ ...m, ref }), (err) => {
+      this.#ws.send(text, (err) => {
         if (!err || !this.#waiting.has(ref)) return;
         this.#waiting.delete(ref);
         cleanup();

@@ -321,7 +321,15 @@ class Run<Item> {
       try {
         outcome.ack = await this.#send(m, session);
       } catch (err) {
-        if (m.type === "release" && m.reason !== undefined && isCode(err, "invalid_failure") && outcome.error) {
+        if (m.type === "result" && err instanceof TypeError) {
+          // A result JSON cannot carry (a BigInt, a cycle): give the task
+          // back with why, as for a handler that threw, rather than leave
+          // it to its lease.
+          const back = handIn(task.id, undefined, { error: err });
+          outcome.sent = "release";
+          outcome.error = err;
+          outcome.ack = await this.#send(back, session).catch((e: unknown) => this.#unsent(outcome, e));
+        } else if (m.type === "release" && m.reason !== undefined && isCode(err, "invalid_failure") && outcome.error) {
           // The queue's failure schema refuses our description of the
           // error: give the task back all the same, without it.
           const { reason: _, ...bare } = m;

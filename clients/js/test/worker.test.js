@@ -98,6 +98,30 @@ test("a handler that throws gives its task back, and the next attempt finishes i
   assert.deepEqual(server.eventsOf(id), ["posted", "claimed", "released", "claimed", "result", "fetched"]);
 });
 
+test("a result JSON cannot carry gives the task back, and the next attempt finishes it", async (t) => {
+  const server = await start(t, newDirs(t));
+  const { alice, box } = clients(server);
+  const { id } = await alice.post("jobs", { n: 5 });
+  const outcomes = [];
+  const worker = new Worker({
+    client: box,
+    queue: "jobs",
+    limit: 2,
+    onOutcome: (o) => outcomes.push(o),
+    handler: (task) => (task.attempts === 1 ? { big: 10n } : { attempt: task.attempts }),
+  });
+  await withTimeout(worker.run(), 30_000, "the worker did not finish: the task waited for its lease");
+  assert.deepEqual(
+    outcomes.map((o) => [o.sent, o.ack.accepted, o.ack.status]),
+    [["release", true, "pending"], ["result", true, undefined]],
+  );
+  assert.ok(outcomes[0].error instanceof TypeError, String(outcomes[0].error));
+  const view = await alice.status("jobs", id);
+  assert.equal(view.status, "finished");
+  assert.deepEqual(view.result, { attempt: 2 });
+  assert.deepEqual(server.eventsOf(id), ["posted", "claimed", "released", "claimed", "result", "fetched"]);
+});
+
 test("a Release gives back with a delay, a Failure fails for good", async (t) => {
   const server = await start(t, newDirs(t));
   const { alice, box } = clients(server);
