@@ -777,6 +777,19 @@ func (c *reloadable) Host(name string) (*domain.Host, bool) {
 
 func (c *reloadable) Queues() []*domain.Queue { return []*domain.Queue{c.q.Load()} }
 
+// reloadable is a service over f's store whose configuration (f.q at
+// first) a test replaces, with the hub its claims wait on.
+func (f *fixture) reloadable() (*app.Service, *reloadable, *notify.Hub) {
+	cfg := &reloadable{}
+	cfg.q.Store(f.q)
+	hub := notify.NewHub()
+	svc := app.New(app.Deps{
+		Repo: f.repo, Syncer: f.sync, Log: f.log, Notifier: hub,
+		Clock: f.clock, Compiler: schema.Compiler{}, Config: cfg, Pauses: f.repo,
+	})
+	return svc, cfg, hub
+}
+
 // TestAWaitingClaimJudgesByTheQueueInForce: a claim that began waiting
 // under maxAttempts 3 and is woken after a reload lowered it to 2 judges
 // the task it finds by 2: a task with 2 attempts spent becomes a dead
@@ -785,13 +798,7 @@ func TestAWaitingClaimJudgesByTheQueueInForce(t *testing.T) {
 	s := domain.DefaultSettings()
 	s.MaxAttempts = 3
 	f := newFixture(t, s)
-	cfg := &reloadable{}
-	cfg.q.Store(f.q)
-	hub := notify.NewHub()
-	svc := app.New(app.Deps{
-		Repo: f.repo, Syncer: f.sync, Log: f.log, Notifier: hub,
-		Clock: f.clock, Compiler: schema.Compiler{}, Config: cfg,
-	})
+	svc, cfg, hub := f.reloadable()
 	ctx := context.Background()
 	task, err := svc.Post(ctx, f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
 	if err != nil {
@@ -846,13 +853,7 @@ func TestABatchClaimJudgesEveryTaskByTheQueueInForce(t *testing.T) {
 	s := domain.DefaultSettings()
 	s.MaxAttempts = 3
 	f := newFixture(t, s)
-	cfg := &reloadable{}
-	cfg.q.Store(f.q)
-	hub := notify.NewHub()
-	svc := app.New(app.Deps{
-		Repo: f.repo, Syncer: f.sync, Log: f.log, Notifier: hub,
-		Clock: f.clock, Compiler: schema.Compiler{}, Config: cfg, Pauses: f.repo,
-	})
+	svc, cfg, hub := f.reloadable()
 	ctx := context.Background()
 	// fresh is pending before spent: the batch's first claim, judged by
 	// the queue in force, takes fresh; the rest meet spent.

@@ -223,7 +223,8 @@ func allowed(h *domain.Host, q *domain.Queue, r *http.Request, actions ...domain
 }
 
 // recheck resolves r's host and queue and checks its token for action
-// again, against the configuration in force now, as if r came now. A
+// again, against the configuration in force now, as if r came now. r must
+// have been authorized for action when it came. A
 // worker socket lives for hours over one upgrade request: it asks this at
 // each message, so a reload's schemas, settings and access reach it too,
 // and a worker whose queue went or whose right was taken away is let go.
@@ -231,6 +232,11 @@ func (a *API) recheck(r *http.Request, action domain.Action) (*domain.Queue, err
 	h, ok := a.lookupHost(r.Host)
 	if !ok {
 		return nil, unknownHost(r.Host)
+	}
+	if h == hostOf(r) {
+		// No reload since r came (a host is never changed in place): r
+		// was authorized for action on this very configuration.
+		return queueOf(r), nil
 	}
 	name := queueOf(r).Name
 	q, ok := h.Queues[name]

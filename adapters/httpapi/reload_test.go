@@ -41,11 +41,11 @@ func (r *reloadAtClaim) ClaimNext(ctx context.Context, q domain.QueueRef, m port
 	return t, err
 }
 
-// TestAClaimWonAsItsRightGoesGivesItsTaskBack: an HTTP claim that takes a
-// task just as a reload takes the worker's work right away is answered the
-// error (403), and the task is pending again at once, not leased to a
-// worker that may no longer hand it in.
-func TestAClaimWonAsItsRightGoesGivesItsTaskBack(t *testing.T) {
+// liveAPI is the API over repo and a live hosts folder in which box may
+// work on resize, and the reload that takes that right away (the file
+// rewritten, then Reload, as the folder's watcher would).
+func liveAPI(t *testing.T, repo ports.TaskRepository) (api *httpapi.API, boxLosesWork func()) {
+	t.Helper()
 	dir := t.TempDir()
 	write := func(name, content string) {
 		t.Helper()
@@ -64,19 +64,27 @@ func TestAClaimWonAsItsRightGoesGivesItsTaskBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	repo := &reloadAtClaim{TaskRepository: index.New()}
-	api := httpapi.New(app.New(app.Deps{
+	api = httpapi.New(app.New(app.Deps{
 		Repo: repo, Syncer: nopSync{}, Log: nopLog{}, Notifier: notify.NewHub(),
 		Clock: clock.System{}, Compiler: schema.Compiler{}, Pauses: &memPauses{},
 	}), live, httpapi.Options{})
-
-	id := postAs(t, api, "resize", aliceToken, `{}`)
-	repo.reload = func() {
+	return api, func() {
 		write("taskhoster-queues/resize.json", `{"item":{},"access":{"post":["alice"],"status":["alice"],"work":["alice"]}}`)
 		if _, problems := live.Reload(); folderconfig.HasErrors(problems) {
 			t.Errorf("reload: %v", problems)
 		}
 	}
+}
+
+// TestAClaimWonAsItsRightGoesGivesItsTaskBack: an HTTP claim that takes a
+// task just as a reload takes the worker's work right away is answered the
+// error (403), and the task is pending again at once, not leased to a
+// worker that may no longer hand it in.
+func TestAClaimWonAsItsRightGoesGivesItsTaskBack(t *testing.T) {
+	repo := &reloadAtClaim{TaskRepository: index.New()}
+	api, boxLosesWork := liveAPI(t, repo)
+	id := postAs(t, api, "resize", aliceToken, `{}`)
+	repo.reload = boxLosesWork
 	code, m := call(t, api, "POST", "/resize/claim", boxToken, `{}`)
 	wantError(t, "a claim won as the work right went", code, m, http.StatusForbidden, "forbidden")
 
@@ -96,28 +104,7 @@ func TestAClaimWonAsItsRightGoesGivesItsTaskBack(t *testing.T) {
 // 403 at once, as Recheck would have, not 204 at the end of its wait (nor
 // a task it would have to give back, an attempt spent).
 func TestAClaimLetInJustBeforeAReloadIsEndedByIt(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, content string) {
-		t.Helper()
-		path := filepath.Join(dir, testHost, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("taskhoster-users/alice.json", `{"name":"alice","token":"`+aliceToken+`"}`)
-	write("taskhoster-users/box.json", `{"name":"box","token":"`+boxToken+`"}`)
-	write("taskhoster-queues/resize.json", `{"item":{},"access":{"post":["alice"],"status":["alice"],"work":["box"]}}`)
-	live, err := folderconfig.New(dir, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	api := httpapi.New(app.New(app.Deps{
-		Repo: index.New(), Syncer: nopSync{}, Log: nopLog{}, Notifier: notify.NewHub(),
-		Clock: clock.System{}, Compiler: schema.Compiler{}, Pauses: &memPauses{},
-	}), live, httpapi.Options{})
+	api, boxLosesWork := liveAPI(t, index.New())
 
 	body, send := io.Pipe()
 	req := httptest.NewRequest("POST", "http://"+testHost+"/resize/claim", body)
@@ -132,10 +119,7 @@ func TestAClaimLetInJustBeforeAReloadIsEndedByIt(t *testing.T) {
 	if _, err := send.Write([]byte(`{"wait":`)); err != nil {
 		t.Fatal(err)
 	}
-	write("taskhoster-queues/resize.json", `{"item":{},"access":{"post":["alice"],"status":["alice"],"work":["alice"]}}`)
-	if _, problems := live.Reload(); folderconfig.HasErrors(problems) {
-		t.Fatalf("reload: %v", problems)
-	}
+	boxLosesWork()
 	api.Recheck()
 	if _, err := send.Write([]byte(`1}`)); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -45,14 +46,7 @@ func TestReloadReachesOpenSockets(t *testing.T) {
 	// A second socket's claim waits for a task, and box watches the first.
 	waiting := s.dial("/resize/work?worker=w2", boxToken)
 	waiting.send(`{"type":"claim","ref":7}`)
-	eventually(t, "the claim to wait", func() bool {
-		resp, err := http.Get(s.admin + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		return strings.Contains(readAll(t, resp), `taskhoster_queue_claims_waiting{host="`+host+`",queue="resize"} 1`)
-	})
+	s.claimsWaiting("resize", 1)
 	watch := s.dial("/resize/"+first+"/watch", boxToken)
 	if m := watch.next(); m["id"] != first || m["status"] != "processing" {
 		t.Fatalf("first view %v", m)
@@ -132,14 +126,7 @@ func TestReloadEndsAWaitingClaim(t *testing.T) {
 		body, err := io.ReadAll(resp.Body)
 		answered <- answer{resp.StatusCode, string(body), err}
 	}()
-	eventually(t, "the claim to wait", func() bool {
-		resp, err := http.Get(s.admin + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		return strings.Contains(readAll(t, resp), `taskhoster_queue_claims_waiting{host="`+host+`",queue="resize"} 1`)
-	})
+	s.claimsWaiting("resize", 1)
 
 	writeFile(t, queueFile, `{"item":`+item+`,
 		"access": {"post":["alice"], "status":["alice"], "work":["alice"]}}`)
@@ -160,4 +147,12 @@ func TestReloadEndsAWaitingClaim(t *testing.T) {
 	if got := r.JSON(t); got["id"] != id || got["attempts"] != float64(1) {
 		t.Errorf("alice claimed %v, want %s at its first attempt", got, id)
 	}
+}
+
+// claimsWaiting waits until n claims wait for a task of queue, as the
+// server's metrics say.
+func (s *server) claimsWaiting(queue string, n float64) {
+	s.t.Helper()
+	name := `taskhoster_queue_claims_waiting{host="` + host + `",queue="` + queue + `"}`
+	eventually(s.t, fmt.Sprintf("%v claims to wait on %s", n, queue), func() bool { return metricValue(s.metrics(), name) == n })
 }

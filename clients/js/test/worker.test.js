@@ -69,7 +69,11 @@ test("heartbeats keep the lease of a handler that runs past it", async (t) => {
   assert.deepEqual(server.eventsOf(id), ["posted", "claimed", "result", "fetched"]); // no requeue
 });
 
-test("a handler that throws gives its task back, and the next attempt finishes it", async (t) => {
+// givenBackOnce runs a worker of limit 2 over one task, whose first
+// attempt does first(task) and whose second finishes it, and checks that
+// the first gave the task back and the second finished it; it returns the
+// outcomes and the task's final view.
+async function givenBackOnce(t, first) {
   const server = await start(t, newDirs(t));
   const { alice, box } = clients(server);
   const { id } = await alice.post("jobs", { n: 5 });
@@ -79,47 +83,32 @@ test("a handler that throws gives its task back, and the next attempt finishes i
     queue: "jobs",
     limit: 2,
     onOutcome: (o) => outcomes.push(o),
-    handler: (task) => {
-      if (task.attempts === 1) throw new Error("the disc is full");
-      return { attempt: task.attempts };
-    },
+    handler: (task) => (task.attempts === 1 ? first(task) : { attempt: task.attempts }),
   });
-  await worker.run();
+  await withTimeout(worker.run(), 30_000, "the worker did not finish: a task waited for its lease");
   assert.deepEqual(
     outcomes.map((o) => [o.sent, o.ack.accepted, o.ack.status]),
     [["release", true, "pending"], ["result", true, undefined]],
   );
-  assert.equal(outcomes[0].error.message, "the disc is full");
   const view = await alice.status("jobs", id);
   assert.equal(view.status, "finished");
   assert.equal(view.attempts, 2);
   assert.deepEqual(view.result, { attempt: 2 });
-  assert.deepEqual(view.failure, { error: "the disc is full" }); // the give-back's reason
   assert.deepEqual(server.eventsOf(id), ["posted", "claimed", "released", "claimed", "result", "fetched"]);
+  return { outcomes, view };
+}
+
+test("a handler that throws gives its task back, and the next attempt finishes it", async (t) => {
+  const { outcomes, view } = await givenBackOnce(t, () => {
+    throw new Error("the disc is full");
+  });
+  assert.equal(outcomes[0].error.message, "the disc is full");
+  assert.deepEqual(view.failure, { error: "the disc is full" }); // the give-back's reason
 });
 
 test("a result JSON cannot carry gives the task back, and the next attempt finishes it", async (t) => {
-  const server = await start(t, newDirs(t));
-  const { alice, box } = clients(server);
-  const { id } = await alice.post("jobs", { n: 5 });
-  const outcomes = [];
-  const worker = new Worker({
-    client: box,
-    queue: "jobs",
-    limit: 2,
-    onOutcome: (o) => outcomes.push(o),
-    handler: (task) => (task.attempts === 1 ? { big: 10n } : { attempt: task.attempts }),
-  });
-  await withTimeout(worker.run(), 30_000, "the worker did not finish: the task waited for its lease");
-  assert.deepEqual(
-    outcomes.map((o) => [o.sent, o.ack.accepted, o.ack.status]),
-    [["release", true, "pending"], ["result", true, undefined]],
-  );
+  const { outcomes } = await givenBackOnce(t, () => ({ big: 10n }));
   assert.ok(outcomes[0].error instanceof TypeError, String(outcomes[0].error));
-  const view = await alice.status("jobs", id);
-  assert.equal(view.status, "finished");
-  assert.deepEqual(view.result, { attempt: 2 });
-  assert.deepEqual(server.eventsOf(id), ["posted", "claimed", "released", "claimed", "result", "fetched"]);
 });
 
 test("a Release gives back with a delay, a Failure fails for good", async (t) => {
