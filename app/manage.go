@@ -138,7 +138,11 @@ func (s *Service) ListTasks(ctx context.Context, q *domain.Queue, l ListQuery) (
 	if err != nil {
 		return nil, "", err
 	}
-	return s.repo.List(ctx, q.Ref(), ports.ListQuery{Status: l.Status, Newest: l.Newest, Limit: l.Limit, After: l.After, Match: m})
+	tasks, next, err := s.repo.List(ctx, q.Ref(), ports.ListQuery{Status: l.Status, Newest: l.Newest, Limit: l.Limit, After: l.After, Match: m})
+	if err != nil {
+		return nil, "", err
+	}
+	return tasks, next, s.shown(ctx)
 }
 
 // MaxClaimBatch is the most tasks one HTTP claim takes (SPEC §12).

@@ -213,15 +213,34 @@ func (s *Service) takeBack(ctx context.Context, q *domain.Queue, logged bool, ta
 	_ = s.syncer.Sync(ctx)
 }
 
-// Status returns the producer's view of a task. The first read of a terminal
-// task stamps fetchedAt (which starts retention under retainFrom "fetched")
-// and logs a fetched event.
+// Status returns the producer's view of a task, once what it shows is
+// durable (shown). The first read of a terminal task stamps fetchedAt (which
+// starts retention under retainFrom "fetched") and logs a fetched event.
 func (s *Service) Status(ctx context.Context, q *domain.Queue, id string) (domain.View, error) {
 	t, err := s.get(ctx, q, id)
-	if err != nil || !t.Status.Terminal() || t.FetchedAt != nil {
-		return t.View(), err
+	if err == nil && t.Status.Terminal() && t.FetchedAt == nil {
+		var v domain.View
+		if v, err = s.fetch(ctx, q, id); err == nil {
+			return v, s.shown(ctx)
+		}
 	}
-	return s.fetch(ctx, q, id)
+	if err != nil {
+		return domain.View{}, err
+	}
+	return t.View(), s.shown(ctx)
+}
+
+// shown returns once every change a reader may just have read is durable:
+// a file store's record is readable as soon as it is written, before the
+// commit that its writer waits for, and a client shown a result that a
+// power loss then takes away would see the task finish twice. The flush is
+// the writer's own (the group commit serves both); with nothing waiting for
+// one it costs nothing (durable.Syncer.Sync).
+func (s *Service) shown(ctx context.Context) error {
+	if err := s.syncer.Sync(ctx); err != nil {
+		return fmt.Errorf("read: %w", err)
+	}
+	return nil
 }
 
 func (s *Service) fetch(ctx context.Context, q *domain.Queue, id string) (domain.View, error) {

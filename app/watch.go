@@ -25,10 +25,17 @@ type Watch struct {
 	// news of a record with fewer attempts is older than the claim, and
 	// Next skips it. 0 for any other watch.
 	claim int
+	// shown, for a producer's watch, is Service.shown: Next returns a
+	// change once it is durable. A worker's watch of its claim does without
+	// (nil): what it is told (a cancel) only stops its work, and should a
+	// power loss take that change away, the task is back under a claim
+	// nobody works on, claimed again once its lease lapses.
+	shown func(context.Context) error
 }
 
 // Watch reads task id of q and subscribes to its changes, buffering up to
-// buffer of them. Close the watch when done.
+// buffer of them. Close the watch when done. The record it returns, and
+// each change Next does, are durable (Service.shown).
 //
 // It subscribes first and reads second, so no change can fall between the
 // two. A change stored in between is then both in the record read and in
@@ -40,7 +47,16 @@ func (s *Service) Watch(ctx context.Context, q *domain.Queue, id string, buffer 
 	if !domain.ValidID(id) {
 		return nil, domain.ErrNotFound
 	}
-	return s.follow(ctx, key(q, id), s.notifier.Subscribe(key(q, id), buffer))
+	w, err := s.follow(ctx, key(q, id), s.notifier.Subscribe(key(q, id), buffer))
+	if err != nil {
+		return nil, err
+	}
+	if err := s.shown(ctx); err != nil {
+		w.Close()
+		return nil, err
+	}
+	w.shown = s.shown
+	return w, nil
 }
 
 // WatchClaim is Watch for the holder of claim attempts of task id, which
@@ -51,7 +67,7 @@ func (s *Service) WatchClaim(ctx context.Context, q *domain.Queue, id string, at
 	if err != nil {
 		return nil, err
 	}
-	w.claim = attempts
+	w.claim, w.shown = attempts, nil
 	return w, nil
 }
 
@@ -102,9 +118,18 @@ func (s *Service) follow(ctx context.Context, k domain.Key, sub ports.Subscripti
 func (w *Watch) Next(ctx context.Context) (domain.Event, error) {
 	for {
 		ev, err := w.next(ctx)
-		if err != nil || ev.Task.Attempts >= w.claim {
+		if err != nil {
 			return ev, err
 		}
+		if ev.Task.Attempts < w.claim {
+			continue
+		}
+		if w.shown != nil {
+			if err := w.shown(ctx); err != nil {
+				return domain.Event{}, err
+			}
+		}
+		return ev, nil
 	}
 }
 

@@ -367,11 +367,16 @@ type batch struct {
 	callers int
 }
 
-// Sync returns once a commit that began after this call has finished, so
-// every write recorded before the call is on stable storage. A failed
-// commit fails every caller it served, with a KindUnavailable error. A
-// cancelled ctx stops the wait, not the commit. Under --sync none it
-// returns at once.
+// Sync returns once every write recorded before the call is on stable
+// storage: once a commit that began after the call has finished, or at
+// once when no write is waiting for one (nothing recorded since the last
+// commit, none under way). A failed commit fails every caller it served,
+// with a KindUnavailable error. A cancelled ctx stops the wait, not the
+// commit. Under --sync none it returns at once.
+//
+// Readers call it too, before they show what they read (app.Service's
+// Status, Watch and ListTasks, eventlog.Reader.Durable): on an idle server
+// that costs them nothing.
 func (s *Syncer) Sync(ctx context.Context) error { return s.join(ctx, false) }
 
 // Expect says a caller is on its way to Arrive: a claim just woken for a
@@ -421,6 +426,10 @@ func (s *Syncer) join(ctx context.Context, arriving bool) error {
 	}
 	if arriving {
 		s.meet()
+	}
+	if s.journal != nil && s.journal.idle() {
+		s.mu.Unlock()
+		return s.journal.err()
 	}
 	// Join the batch for the next flush. A flush running now may have
 	// started before our caller's write, so it cannot serve us.

@@ -418,3 +418,77 @@ func TestNone(t *testing.T) {
 		t.Errorf("None.Sync = %v", err)
 	}
 }
+
+// TestASyncWithNothingRecordedReturnsAtOnce: a reader's Sync (before it
+// shows what it read) on a server with nothing waiting for a commit starts
+// no flush, while one after a write still does.
+func TestASyncWithNothingRecordedReturnsAtOnce(t *testing.T) {
+	r := newRig(t)
+	s := r.start(1 << 20)
+	var served callersSeen
+	s.Observe(&served)
+	ctx := context.Background()
+
+	r.put(s, Items, "h/q/pending/a.json", []byte(`{"a":1}`))
+	for range 3 {
+		if err := s.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(served) != 1 {
+		t.Fatalf("a write and three Syncs flushed %d times (callers %v), want once", len(served), served)
+	}
+	r.put(s, Items, "h/q/pending/b.json", []byte(`{"b":1}`))
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(served) != 2 {
+		t.Fatalf("a second write's Sync flushed %d times in all, want 2", len(served))
+	}
+}
+
+// TestASyncWithNothingNewWaitsForTheCommitUnderWay: a commit that took the
+// last records has not made them durable until it ends, so a Sync called
+// meanwhile, with nothing recorded since, still waits for it.
+func TestASyncWithNothingNewWaitsForTheCommitUnderWay(t *testing.T) {
+	r := newRig(t)
+	s := r.start(1 << 20)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	// The gate is between the commit's taking the records and its writing
+	// them.
+	s.Root(Logs).BeforeCommit(func() error {
+		entered <- struct{}{}
+		<-release
+		return nil
+	})
+	released := sync.OnceFunc(func() { close(release) })
+	defer released() // a failing test still lets Close end the commit
+	ctx := context.Background()
+
+	r.put(s, Items, "h/q/pending/a.json", []byte(`{"a":1}`))
+	writer := goSync(ctx, s)
+	<-entered // the commit runs; it has the record, but has not written it
+	s.journal.mu.Lock()
+	taken := len(s.journal.pending) == 0
+	s.journal.mu.Unlock()
+	if !taken {
+		t.Fatal("the commit under way has not taken the record")
+	}
+	reader := goSync(ctx, s)
+	select {
+	case err := <-reader:
+		t.Fatalf("a Sync returned (%v) while the commit of the write before it was under way", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	released()
+	for name, done := range map[string]<-chan error{"writer": writer, "reader": reader} {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s still waiting after the commits", name)
+		}
+	}
+}

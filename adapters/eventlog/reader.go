@@ -2,6 +2,7 @@ package eventlog
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,11 +20,23 @@ import (
 // log never changes a task, a line or a body. It needs no Log: it can read
 // a logs folder that another process writes.
 type Reader struct {
-	root string // <logs>
+	root    string                      // <logs>
+	durable func(context.Context) error // see Durable; nil: none
 }
 
 // NewReader reads the logs folder dir (the serve --logs folder).
 func NewReader(dir string) *Reader { return &Reader{root: dir} }
+
+// Durable has ReadLines serve only lines that are durable, for the server
+// that writes them: once it knows how far a day file reaches, it calls
+// sync (the server's ports.Syncer) and reads no further. A line is written
+// before the commit that makes it durable, and a client that mirrors the
+// log (SPEC §8) must not keep a line that a power loss then takes away:
+// the line written in its place would be skipped, or read twice.
+func (r *Reader) Durable(sync func(context.Context) error) *Reader {
+	r.durable = sync
+	return r
+}
 
 // DayFile is one day file of the event log: its day and its size in bytes,
 // which is how far a client can ask to read it.
@@ -87,6 +100,11 @@ func (r *Reader) ReadLines(day string, offset int64, limit int, keep func(host, 
 	}
 	if err := checkOffset(f, offset, fi.Size()); err != nil {
 		return nil, 0, err
+	}
+	if r.durable != nil && fi.Size() > offset {
+		if err := r.durable(context.Background()); err != nil {
+			return nil, 0, fmt.Errorf("read day file %s: %w", day, err)
+		}
 	}
 
 	// The file may grow while it is read; whatever is past its size now is

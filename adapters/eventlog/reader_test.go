@@ -1,6 +1,7 @@
 package eventlog_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"os"
@@ -287,5 +288,61 @@ func assertError(tb testing.TB, err error, kind domain.Kind, code domain.Code) {
 	}
 	if strings.Contains(de.Message, os.TempDir()) {
 		tb.Errorf("message %q shows a path", de.Message)
+	}
+}
+
+// TestADurableReaderServesOnlyWhatItsSyncCovers: with Durable, ReadLines
+// looks how far the file reaches, has the server's Syncer make that much
+// durable, and serves no further: a line appended meanwhile (its commit not
+// waited for) is left for the next read. With nothing new to read it does
+// not sync at all.
+func TestADurableReaderServesOnlyWhatItsSyncCovers(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "tasks"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := dayFile(dir, "2026-07-26")
+	if err := os.WriteFile(path, []byte(lineA1+lineB1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var syncs int
+	r := eventlog.NewReader(dir).Durable(func(context.Context) error {
+		syncs++
+		if syncs == 1 { // a line written while the first sync runs
+			f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = f.WriteString(lineA3)
+			return err
+		}
+		return nil
+	})
+	all := func(string, string) bool { return true }
+
+	got, next, err := r.ReadLines("2026-07-26", 0, 1<<20, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != lineA1+lineB1 || next != int64(len(lineA1+lineB1)) || syncs != 1 {
+		t.Fatalf("first read = %q, next %d, %d syncs; want the two lines there before the sync, one sync", got, next, syncs)
+	}
+	got, next, err = r.ReadLines("2026-07-26", next, 1<<20, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != lineA3 || syncs != 2 {
+		t.Fatalf("second read = %q, %d syncs; want the line written during the first sync, after a sync of its own", got, syncs)
+	}
+	if _, _, err := r.ReadLines("2026-07-26", next, 1<<20, all); err != nil || syncs != 2 {
+		t.Fatalf("a read at the end = %v, %d syncs; want nothing and no sync", err, syncs)
+	}
+
+	failing := eventlog.NewReader(dir).Durable(func(context.Context) error {
+		return domain.E(domain.KindUnavailable, domain.CodeStorageUnavailable, "flush failed")
+	})
+	if got, _, err := failing.ReadLines("2026-07-26", 0, 1<<20, all); domain.KindOf(err) != domain.KindUnavailable || got != nil {
+		t.Fatalf("a read whose sync fails = %q, %v; want no lines and the failure", got, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestKillNineKeepsAcknowledgedWrites posts and finishes tasks under
@@ -528,4 +529,58 @@ func TestAClosedSocketsTasksShareCommits(t *testing.T) {
 	if commits < 1 || commits >= tasks*3/4 { // one after another: one each
 		t.Errorf("%v commits to move %d tasks back, want them to share a few", commits, tasks)
 	}
+}
+
+// TestWhatReadersAreShownIsCommitted: a progress report is answered without
+// a commit of its own, so its change waits on disc for the next one; a
+// producer's status read, and the log API's lines, show it only once a
+// commit holds it (the commits /metrics counts: one each, none when
+// nothing waits for one). A client shown a change a power loss then took
+// away would see a task finish twice, and a log mirror would keep a line
+// the server no longer has.
+func TestWhatReadersAreShownIsCommitted(t *testing.T) {
+	t.Parallel()
+	s := start(t, newDirs(t), "--sync", "always", "--sweep", "1h") // no sweep's commit in between
+	id := s.post("resize", aliceToken, `{"url":"a"}`)
+	if r := s.do("POST", "/resize/claim", boxToken, `{"worker":"box-1"}`); r.Status != http.StatusOK {
+		t.Fatalf("claim: %d %s", r.Status, r.Body)
+	}
+	commits := func() float64 { return metricValue(s.metrics(), "taskhoster_flush_duration_seconds_count") }
+	report := func(percent int) {
+		t.Helper()
+		r := s.do("POST", "/resize/"+id+"/progress", boxToken, fmt.Sprintf(`{"worker":"box-1","progress":{"percent":%d}}`, percent))
+		if r.Status != http.StatusOK || r.JSON(t)["accepted"] != true {
+			t.Fatalf("progress: %d %s", r.Status, r.Body)
+		}
+	}
+	shows := func(what string, read func() bool) {
+		t.Helper()
+		before := commits()
+		if !read() {
+			t.Fatalf("%s does not show the report", what)
+		}
+		if n := commits() - before; n != 1 {
+			t.Errorf("%s took %v commits, want the one that holds the report", what, n)
+		}
+		before = commits()
+		if !read() {
+			t.Fatalf("%s again does not show the report", what)
+		}
+		if n := commits() - before; n != 0 {
+			t.Errorf("%s again took %v commits, want none: nothing waited for one", what, n)
+		}
+	}
+
+	report(40)
+	shows("a status read", func() bool {
+		r := s.do("GET", "/resize/"+id, aliceToken, "")
+		return r.Status == http.StatusOK && strings.Contains(string(r.Body), `"progress":{"percent":40}`)
+	})
+	report(80)
+	today := time.Now().UTC().Format(time.DateOnly)
+	shows("a read of the log's lines", func() bool {
+		r := s.do("GET", "/_logs/tasks/"+today+"?offset=0", aliceToken, "")
+		return r.Status == http.StatusOK && strings.Contains(string(r.Body), `"event":"progress"`) &&
+			strings.Count(string(r.Body), `"event":"progress"`) == 2
+	})
 }

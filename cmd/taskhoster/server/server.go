@@ -309,7 +309,8 @@ var EventLogModule = fx.Module("eventlog",
 		lc.Append(fx.StopHook(func() error {
 			return errors.Join(l.Sync(), l.Close())
 		}))
-		return l, l, l, eventlog.NewReader(cfg.Logs), nil
+		// Lines are served once durable: a mirror keeps what it reads.
+		return l, l, l, eventlog.NewReader(cfg.Logs).Durable(d.Sync), nil
 	}),
 )
 

@@ -1,0 +1,145 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/taskhoster/taskhoster/adapters/clock"
+	"github.com/taskhoster/taskhoster/adapters/index"
+	"github.com/taskhoster/taskhoster/adapters/memlog"
+	"github.com/taskhoster/taskhoster/adapters/notify"
+	"github.com/taskhoster/taskhoster/adapters/schema"
+	"github.com/taskhoster/taskhoster/app"
+	"github.com/taskhoster/taskhoster/domain"
+)
+
+// gateSyncer is a Syncer whose flushes, once gated, wait for the test: each
+// says on entered that it began, then waits for release. Ungated, it
+// returns at once.
+type gateSyncer struct {
+	gated   chan struct{} // closed: gated
+	entered chan struct{}
+	release chan struct{}
+}
+
+func newGateSyncer() *gateSyncer {
+	return &gateSyncer{gated: make(chan struct{}), entered: make(chan struct{}, 1), release: make(chan struct{})}
+}
+
+func (g *gateSyncer) Sync(context.Context) error {
+	select {
+	case <-g.gated:
+	default:
+		return nil
+	}
+	g.entered <- struct{}{}
+	<-g.release
+	return nil
+}
+
+// shownOnlyOnceDurable runs read while g is gated and checks that it waits
+// for a flush before it answers, and answers once the flush is done.
+func shownOnlyOnceDurable(t *testing.T, g *gateSyncer, name string, read func() error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- read() }()
+	select {
+	case <-g.entered:
+	case err := <-done:
+		t.Fatalf("%s answered (%v) without waiting for a flush", name, err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s neither answered nor flushed", name)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("%s answered (%v) before its flush ended", name, err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	g.release <- struct{}{}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s still waiting after its flush", name)
+	}
+}
+
+// TestReadsShowOnlyDurableChanges: a progress report is stored without a
+// flush of its own (the next one makes it durable), and a file store's
+// record is readable before that flush. A producer's read of the task (its
+// status, its watch, a manager's list) shows it only once it is durable:
+// shown a change that a power loss then took away, a producer would see a
+// task finish twice.
+func TestReadsShowOnlyDurableChanges(t *testing.T) {
+	item, err := schema.Compile(json.RawMessage(`{"type":"object"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &domain.Queue{
+		Host: "task.example.com", Name: "resize", Settings: domain.DefaultSettings(), Item: item,
+		Progress: schema.Any(), Result: schema.Any(),
+	}
+	g := newGateSyncer()
+	svc := app.New(app.Deps{
+		Repo: index.New(), Syncer: g, Log: &memlog.Log{}, Notifier: notify.NewHub(),
+		Clock: clock.NewFake(time.UnixMilli(1751500000000)), Compiler: schema.Compiler{},
+	})
+	ctx := context.Background()
+	posted, err := svc.Post(ctx, q, "alice", []byte(`{}`), app.PostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := svc.Claim(ctx, q, "w", nil, 0)
+	if err != nil || claimed.ID != posted.ID {
+		t.Fatalf("claim = %s, %v", claimed.ID, err)
+	}
+	watch, err := svc.Watch(ctx, q, posted.ID, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close()
+	close(g.gated)
+
+	report := func(n int) {
+		t.Helper()
+		out, err := svc.Progress(ctx, q, posted.ID, domain.HolderOf(claimed), json.RawMessage(fmt.Sprintf(`{"n":%d}`, n)))
+		if err != nil || !out.Accepted {
+			t.Fatalf("progress %d = %+v, %v", n, out, err)
+		}
+	}
+	report(1)
+	shownOnlyOnceDurable(t, g, "status", func() error {
+		v, err := svc.Status(ctx, q, posted.ID)
+		if err == nil && string(v.Progress) != `{"n":1}` {
+			t.Errorf("status shows progress %s, want the report's", v.Progress)
+		}
+		return err
+	})
+	shownOnlyOnceDurable(t, g, "the watch's next change", func() error {
+		ev, err := watch.Next(ctx)
+		if err == nil && string(ev.Task.Progress) != `{"n":1}` {
+			t.Errorf("the watch shows progress %s, want the report's", ev.Task.Progress)
+		}
+		return err
+	})
+	report(2)
+	shownOnlyOnceDurable(t, g, "a list of processing tasks", func() error {
+		tasks, _, err := svc.ListTasks(ctx, q, app.ListQuery{Status: domain.Processing, Limit: 10})
+		if err == nil && (len(tasks) != 1 || string(tasks[0].Progress) != `{"n":2}`) {
+			t.Errorf("the list shows %+v, want the task with the second report", tasks)
+		}
+		return err
+	})
+	shownOnlyOnceDurable(t, g, "a new watch's record", func() error {
+		w, err := svc.Watch(ctx, q, posted.ID, 8)
+		if err == nil {
+			w.Close()
+		}
+		return err
+	})
+}
