@@ -6,3 +6,7 @@ import "time"
 // pings, and for the ping's answer (listenIdle, listenPing). Call it before
 // Start.
 func (n *Notifier) SetListenCheck(idle, ping time.Duration) { n.idle, n.ping = idle, ping }
+
+// SetSendWait sets how long a send may take before it is tried again
+// (sendWait). Call it before Start.
+func (n *Notifier) SetSendWait(d time.Duration) { n.sendWait = d }

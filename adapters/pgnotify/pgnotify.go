@@ -55,7 +55,11 @@
 // over from a fresh read. A connection lost without a word (a peer gone,
 // a route dropped) shows only when written to: after listenIdle without
 // news the listener pings, and a ping unanswered within listenPing counts
-// as a drop, where TCP would take minutes to tell.
+// as a drop, where TCP would take minutes to tell. The sender bounds each
+// send the same way (sendWait) and sends the batch again on another
+// connection: the first may have been delivered all the same, so a
+// listener drops what it has heard before (each server numbers what it
+// sends), and a watcher sees each change once.
 //
 // Limits. Across servers a notification arrives a little after its change
 // committed. A read of such a change waits until its news has arrived
@@ -144,6 +148,11 @@ type Notifier struct {
 	sent   atomic.Int64  // notifications sent (tests)
 
 	idle, ping time.Duration // listenIdle and listenPing, shorter in tests
+	sendWait   time.Duration // sendWait, shorter in tests
+
+	// latest is the last number heard from each other server (fresh).
+	latestMu sync.Mutex
+	latest   map[string]uint64
 
 	pid      atomic.Uint32 // the listener's backend pid (tests)
 	listened chan struct{} // closed once the first LISTEN succeeded
@@ -167,14 +176,19 @@ func New(hub Hub, url string, get Getter, logger *zap.Logger) *Notifier {
 		hub: hub, url: url, get: get, logger: logger, id: id, own: []byte(`{"s":"` + id + `",`),
 		more: make(chan struct{}, 1), listened: make(chan struct{}), acks: make(chan struct{}, 64),
 		watched: make(map[domain.Key]int),
-		idle:    listenIdle, ping: listenPing,
+		idle:    listenIdle, ping: listenPing, sendWait: sendWait,
+		latest: make(map[string]uint64),
 	}
 }
 
-// How the listener tells a silently lost connection (see Reconnects).
+// How the listener tells a silently lost connection, and how long a send
+// may take before the sender tries again on another (see Reconnects). A
+// send is one statement of at most a few megabytes: on a live connection
+// it takes milliseconds.
 const (
 	listenIdle = 10 * time.Second
 	listenPing = 5 * time.Second
+	sendWait   = 10 * time.Second
 )
 
 // Start opens the sending pool and the listener, and returns once the
@@ -413,7 +427,12 @@ func (n *Notifier) send(ctx context.Context) {
 				payloads[i] = string(b)
 			}
 			for attempt := 0; ; attempt++ {
-				_, err := n.pool.Exec(ctx, "SELECT pg_notify($1, p) FROM unnest($2::text[]) WITH ORDINALITY AS u(p, i) ORDER BY i", Channel, payloads)
+				// A connection gone silent would hold the send, and every
+				// notification after it, until TCP gives up: minutes. Cut
+				// short, pgx closes the connection and the pool dials anew.
+				sctx, cancel := context.WithTimeout(ctx, n.sendWait)
+				_, err := n.pool.Exec(sctx, "SELECT pg_notify($1, p) FROM unnest($2::text[]) WITH ORDINALITY AS u(p, i) ORDER BY i", Channel, payloads)
+				cancel()
 				if err == nil {
 					n.sent.Add(int64(len(payloads)))
 					break
@@ -526,7 +545,7 @@ func (n *Notifier) receive(ctx context.Context, payload []byte) {
 		n.logger.Warn("notification not understood", zap.Error(err))
 		return
 	}
-	if m.Server == n.id {
+	if m.Server == n.id || !n.fresh(m.Server, m.Seq) {
 		return
 	}
 	switch {
@@ -594,6 +613,22 @@ func (n *Notifier) receive(ctx context.Context, payload []byte) {
 	}
 	n.hub.Publish(ev)
 	n.recent.add(k, domain.EncodeTask(t))
+}
+
+// fresh reports whether notification seq of server is news: each server
+// numbers what it sends in the order it sends it, so one numbered no
+// higher than the last heard from that server is a repeat (a batch sent
+// again after a send that timed out but was delivered). The map keeps an
+// entry per server heard since this one started: one per start of another
+// server.
+func (n *Notifier) fresh(server string, seq uint64) bool {
+	n.latestMu.Lock()
+	defer n.latestMu.Unlock()
+	if seq <= n.latest[server] {
+		return false
+	}
+	n.latest[server] = seq
+	return true
 }
 
 // Others reports whether another server may listen on the database

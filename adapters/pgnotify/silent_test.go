@@ -50,6 +50,35 @@ func TestListenerNoticesASilentlyLostConnection(t *testing.T) {
 	woken(t, done, 5*time.Second, "after B listened again a post on A did not wake it")
 }
 
+// A sender whose connection goes silent gives up on it after its wait and
+// sends again on a new one: news from the server does not stop at the
+// first send that never returns, as it would until TCP gave up (minutes).
+func TestSenderNoticesASilentlyLostConnection(t *testing.T) {
+	dbURL := pgtest.Database(t)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newFreezer(t, u.Host)
+	u.Host = p.addr()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := start(t, dbURL, nil)
+	b := pgnotify.New(notify.NewHub(), u.String(), nil, nil)
+	b.SetSendWait(300 * time.Millisecond)
+	if err := b.Start(ctx); err != nil {
+		t.Fatalf("start B: %v", err)
+	}
+	t.Cleanup(b.Stop)
+	t.Cleanup(p.close) // first: see TestListenerNoticesASilentlyLostConnection
+	_, done := parked(t, ctx, a)
+
+	p.freeze() // the sender's pooled connection with it
+	b.Publish(posted(1))
+	woken(t, done, 10*time.Second, "a post on B did not wake the claim on A: its sender waits on its silent connection")
+}
+
 // freezer forwards loopback connections to target. freeze silences the
 // connections it carries then (nothing more is forwarded either way, and
 // nothing closed), as a dropped route leaves them; later ones are

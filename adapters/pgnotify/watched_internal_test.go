@@ -1,8 +1,11 @@
 package pgnotify
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/taskhoster/taskhoster/adapters/notify"
 	"github.com/taskhoster/taskhoster/domain"
@@ -40,4 +43,33 @@ func (n *Notifier) watchedKeys() int {
 	n.watchMu.Lock()
 	defer n.watchMu.Unlock()
 	return len(n.watched)
+}
+
+// A batch whose send timed out is sent again, and may have been delivered
+// the first time too: a listener hears each notification of a server once,
+// so a watcher here sees each change once.
+func TestARepeatedNotificationIsHeardOnce(t *testing.T) {
+	n := New(notify.NewHub(), "", nil, nil)
+	k := domain.Key{Host: "acme", Queue: "resize", ID: "9f2c1a0b7d4e6f83"}
+	sub := n.Subscribe(k, 8)
+	defer sub.Close()
+	note := func(seq uint64, attempts int) []byte {
+		task := domain.Task{Host: k.Host, Queue: k.Queue, ID: k.ID, Status: domain.Pending, Item: json.RawMessage(`{}`), Attempts: attempts}
+		b, err := json.Marshal(message{Server: "0123456789abcdef", Seq: seq, Host: k.Host, Queue: k.Queue, ID: k.ID,
+			Kind: string(domain.EventPosted), At: time.Now(), Task: domain.EncodeTask(task)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, b := range [][]byte{note(1, 0), note(2, 1), note(1, 0), note(2, 1), note(3, 2)} {
+		n.receive(context.Background(), b)
+	}
+	var heard []int
+	for len(sub.C()) > 0 {
+		heard = append(heard, (<-sub.C()).Task.Attempts)
+	}
+	if fmt.Sprint(heard) != "[0 1 2]" {
+		t.Errorf("the watcher heard the changes with attempts %v, want [0 1 2]: each once, in order", heard)
+	}
 }
