@@ -56,7 +56,9 @@ func (s *Service) RetryTask(ctx context.Context, q *domain.Queue, id string) (do
 }
 
 // Purge deletes every task of q in status st (finished or failed) now,
-// logging cleaned for each, and says how many it deleted.
+// logging cleaned for each, and says how many it deleted once the
+// deletions are durable: a dead letter purged must not come back with a
+// power loss after the answer.
 func (s *Service) Purge(ctx context.Context, q *domain.Queue, st domain.Status) (int, error) {
 	if !st.Terminal() {
 		return 0, invalidRequest("purge takes status failed or finished")
@@ -88,6 +90,9 @@ func (s *Service) Purge(ctx context.Context, q *domain.Queue, st domain.Status) 
 		default:
 			return n, fmt.Errorf("purge %s: %w", id, err)
 		}
+	}
+	if err := s.syncer.Sync(ctx); err != nil {
+		return 0, fmt.Errorf("purge %s/%s: %w", q.Host, q.Name, err)
 	}
 	return n, nil
 }

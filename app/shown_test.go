@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -69,13 +70,10 @@ func shownOnlyOnceDurable(t *testing.T, g *gateSyncer, name string, read func() 
 	}
 }
 
-// TestReadsShowOnlyDurableChanges: a progress report is stored without a
-// flush of its own (the next one makes it durable), and a file store's
-// record is readable before that flush. A producer's read of the task (its
-// status, its watch, a manager's list) shows it only once it is durable:
-// shown a change that a power loss then took away, a producer would see a
-// task finish twice.
-func TestReadsShowOnlyDurableChanges(t *testing.T) {
+// newGated is a service on the in-memory store whose flushes g gates, and
+// its queue.
+func newGated(t *testing.T, g *gateSyncer) (*app.Service, *domain.Queue) {
+	t.Helper()
 	item, err := schema.Compile(json.RawMessage(`{"type":"object"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -84,11 +82,51 @@ func TestReadsShowOnlyDurableChanges(t *testing.T) {
 		Host: "task.example.com", Name: "resize", Settings: domain.DefaultSettings(), Item: item,
 		Progress: schema.Any(), Result: schema.Any(),
 	}
-	g := newGateSyncer()
 	svc := app.New(app.Deps{
 		Repo: index.New(), Syncer: g, Log: &memlog.Log{}, Notifier: notify.NewHub(),
 		Clock: clock.NewFake(time.UnixMilli(1751500000000)), Compiler: schema.Compiler{},
 	})
+	return svc, q
+}
+
+// TestAPurgeIsDurableBeforeItsAnswer: the tasks a purge deleted must not
+// come back with a power loss after it said how many it deleted.
+func TestAPurgeIsDurableBeforeItsAnswer(t *testing.T) {
+	g := newGateSyncer()
+	svc, q := newGated(t, g)
+	ctx := context.Background()
+	posted, err := svc.Post(ctx, q, "alice", []byte(`{}`), app.PostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Claim(ctx, q, "w", nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := svc.Result(ctx, q, posted.ID, "w", json.RawMessage(`{}`)); err != nil || !out.Accepted {
+		t.Fatalf("result = %+v, %v", out, err)
+	}
+	close(g.gated)
+	shownOnlyOnceDurable(t, g, "a purge of finished tasks", func() error {
+		n, err := svc.Purge(ctx, q, domain.Finished)
+		if err == nil && n != 1 {
+			t.Errorf("purged %d, want 1", n)
+		}
+		return err
+	})
+	if _, err := svc.Get(ctx, q, posted.ID); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("the purged task reads %v, want not found", err)
+	}
+}
+
+// TestReadsShowOnlyDurableChanges: a progress report is stored without a
+// flush of its own (the next one makes it durable), and a file store's
+// record is readable before that flush. A producer's read of the task (its
+// status, its watch, a manager's list) shows it only once it is durable:
+// shown a change that a power loss then took away, a producer would see a
+// task finish twice.
+func TestReadsShowOnlyDurableChanges(t *testing.T) {
+	g := newGateSyncer()
+	svc, q := newGated(t, g)
 	ctx := context.Background()
 	posted, err := svc.Post(ctx, q, "alice", []byte(`{}`), app.PostOptions{})
 	if err != nil {
