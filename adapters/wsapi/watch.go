@@ -122,8 +122,15 @@ func (wt *watcher) follow() {
 			// back for a fresh view, where skipping would show a gap.
 			wt.close(websocket.CloseTryAgainLater, "watcher fell behind; watch again")
 			return
-		case err != nil:
+		case err != nil && wt.ctx.Err() != nil:
 			return // the socket is gone
+		case err != nil:
+			// The change could not be shown: its commit failed (a read
+			// waits for it, Service.shown), and so will every later one
+			// until a restart. Returning without a close would leave the
+			// socket open, answering pings, with no view ever to come.
+			wt.fail(err)
+			return
 		case ev.Kind == domain.EventCleaned:
 			wt.close(websocket.CloseNormalClosure, "task cleaned")
 			return
@@ -137,6 +144,17 @@ func (wt *watcher) follow() {
 			return
 		}
 	}
+}
+
+// fail closes the socket with 1011 (internal error) and err's code as the
+// reason, as the error table gives it; a server fault is logged, its cause
+// never sent.
+func (wt *watcher) fail(err error) {
+	reply := httperr.Of(err)
+	if reply.ServerFault() {
+		wt.logger.Error("watch: show a change", zap.Error(err))
+	}
+	wt.close(websocket.CloseInternalServerErr, string(reply.Body.Error))
 }
 
 // final sends the terminal view and closes with 1000. The view is read with

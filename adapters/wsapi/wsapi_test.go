@@ -526,6 +526,49 @@ func TestACancelIsToldAfterTheTaskItCancels(t *testing.T) {
 	}
 }
 
+// failingSyncer commits until the test makes every later commit fail, as a
+// journal whose disc failed does (fail-stop).
+type failingSyncer struct {
+	durable.None
+	failing atomic.Bool
+}
+
+func (s *failingSyncer) Sync(ctx context.Context) error {
+	if s.failing.Load() {
+		return domain.E(domain.KindUnavailable, domain.CodeStorageUnavailable, "the journal failed")
+	}
+	return s.None.Sync(ctx)
+}
+
+// TestAWatchWhoseChangeCannotBeShownIsClosed: a watcher is shown a change
+// only once it is durable; when the store can no longer commit, the watch
+// socket is closed (1011), not left open with no view ever to come, the
+// socket's slot of the host's taken for good.
+func TestAWatchWhoseChangeCannotBeShownIsClosed(t *testing.T) {
+	syncer := &failingSyncer{}
+	f := newFixtureSyncing(t, index.New(), syncer, wsapi.Options{})
+	task, err := f.svc.Post(context.Background(), f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.dial(t, "/watch/"+task.ID)
+	if first := read(t, c); first == "" {
+		t.Fatal("no first view")
+	}
+	syncer.failing.Store(true)
+	ev := task
+	ev.Progress = []byte(`1`)
+	ev.UpdatedAt++
+	f.hub.Publish(domain.Event{Kind: domain.EventProgress, Task: ev})
+
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, data, err := c.ReadMessage()
+	var ce *websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.CloseInternalServerErr || ce.Text != "storage_unavailable" {
+		t.Fatalf("after a change the store could not commit, the watcher got %q, error %v; want close 1011 storage_unavailable", data, err)
+	}
+}
+
 // waitFor retries cond until it holds or 10 s pass.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
