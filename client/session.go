@@ -177,13 +177,16 @@ func (s *session) largestWaiting() int {
 	return n
 }
 
-// hold starts watching for a cancel of task id.
+// hold starts watching for a cancel of task id, for the claim that was
+// just handed it. A task given back can come back on this socket while
+// its older claim is still handing in (say, a release whose ack is not
+// read yet): the newer claim gets a signal of its own, which the older
+// claim's release leaves alone, since the server's cancels now concern
+// the newer one.
 func (s *session) hold(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.held[id] == nil {
-		s.held[id] = &signal{c: make(chan struct{})}
-	}
+	s.held[id] = &signal{c: make(chan struct{})}
 }
 
 // cancelSignal is closed when the server cancels task id, which must be
