@@ -64,7 +64,10 @@ type session struct {
 
 	mu      sync.Mutex
 	nextRef int64
-	waiting map[int64]chan message
+	waiting map[int64]waiter
+	// givenUp is the size of the largest request given up (its ctx ended)
+	// before its reply came.
+	givenUp int
 
 	// held are the tasks handed out on this socket whose handlers may
 	// still run: task id -> closed when the server says it was cancelled.
@@ -72,6 +75,19 @@ type session struct {
 
 	done chan struct{} // closed when the reader stops: the socket is gone
 	err  error         // why; written before done is closed
+	// tooBig, when the server closed the socket because a message was
+	// over its size limit (1009), is the size of the largest message
+	// still waiting then or given up: the one that broke the limit is
+	// among them (it got no reply), so it was at most that big, and every
+	// message of that size is over the limit too. Written before done is
+	// closed; 0 otherwise.
+	tooBig int
+}
+
+// waiter is a request waiting for its reply.
+type waiter struct {
+	reply chan message
+	size  int // bytes of the request's frame
 }
 
 // signal is closed once, on the first fire.
@@ -85,7 +101,7 @@ func (g *signal) fire() { g.once.Do(func() { close(g.c) }) }
 func newSession(conn *websocket.Conn, log *slog.Logger) *session {
 	s := &session{
 		conn: conn, log: log, started: time.Now(),
-		waiting: map[int64]chan message{}, held: map[string]*signal{}, done: make(chan struct{}),
+		waiting: map[int64]waiter{}, held: map[string]*signal{}, done: make(chan struct{}),
 	}
 	alive := func() { _ = conn.SetReadDeadline(time.Now().Add(peerTimeout)) }
 	alive()
@@ -110,6 +126,9 @@ func (s *session) read(alive func()) {
 		_, data, err := s.conn.ReadMessage()
 		if err != nil {
 			s.err = err
+			if websocket.IsCloseError(err, websocket.CloseMessageTooBig) {
+				s.tooBig = s.largestWaiting()
+			}
 			s.conn.Close()
 			return
 		}
@@ -128,7 +147,7 @@ func (s *session) read(alive func()) {
 			continue
 		}
 		s.mu.Lock()
-		ch, ok := s.waiting[*m.Ref]
+		wt, ok := s.waiting[*m.Ref]
 		delete(s.waiting, *m.Ref)
 		s.mu.Unlock()
 		switch {
@@ -138,7 +157,7 @@ func (s *session) read(alive func()) {
 				// is not missed.
 				s.hold(m.ID)
 			}
-			ch <- m // buffered: never blocks
+			wt.reply <- m // buffered: never blocks
 		case m.Type == "task":
 			// Its claim was given up (the worker is draining): nobody runs
 			// it, and the server re-queues it when this socket closes.
@@ -147,13 +166,27 @@ func (s *session) read(alive func()) {
 	}
 }
 
-// hold starts watching for a cancel of task id.
+// largestWaiting is the size of the largest request still waiting.
+func (s *session) largestWaiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.givenUp
+	for _, wt := range s.waiting {
+		n = max(n, wt.size)
+	}
+	return n
+}
+
+// hold starts watching for a cancel of task id, for the claim that was
+// just handed it. A task given back can come back on this socket while
+// its older claim is still handing in (say, a release whose ack is not
+// read yet): the newer claim gets a signal of its own, which the older
+// claim's release leaves alone, since the server's cancels now concern
+// the newer one.
 func (s *session) hold(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.held[id] == nil {
-		s.held[id] = &signal{c: make(chan struct{})}
-	}
+	s.held[id] = &signal{c: make(chan struct{})}
 }
 
 // cancelSignal is closed when the server cancels task id, which must be
@@ -214,35 +247,60 @@ func (s *session) request(ctx context.Context, m message, stop <-chan struct{}, 
 	s.mu.Lock()
 	s.nextRef++
 	ref := s.nextRef
-	s.waiting[ref] = ch
 	s.mu.Unlock()
 	m.Ref = &ref
+	data, err := json.Marshal(m)
+	if err != nil {
+		return message{}, fmt.Errorf("encode a %s message: %w", m.Type, err)
+	}
+	s.mu.Lock()
+	s.waiting[ref] = waiter{reply: ch, size: len(data)}
+	s.mu.Unlock()
 
-	if err := s.write(m); err != nil {
+	if err := s.write(data); err != nil {
+		// A server refusing a frame over its limit may close while it is
+		// still being written: wait for the reader to learn why.
+		<-s.done
 		s.forget(ref)
-		return message{}, err
+		return message{}, s.overLimit(m.Type, data, err)
 	}
 	if written != nil {
 		written()
 	}
-	var err error
 	select {
 	case reply := <-ch:
 		return checkReply(reply)
 	case <-s.done:
-		err = fmt.Errorf("%w: %v", errSessionClosed, s.err)
+		err = s.overLimit(m.Type, data, fmt.Errorf("%w: %v", errSessionClosed, s.err))
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-stop:
 		err = errStopped
 	}
-	s.forget(ref)
+	s.mu.Lock()
+	if _, ok := s.waiting[ref]; ok {
+		s.givenUp = max(s.givenUp, len(data))
+		delete(s.waiting, ref)
+	}
+	s.mu.Unlock()
 	select {
 	case reply := <-ch:
 		return checkReply(reply)
 	default:
 		return message{}, err
 	}
+}
+
+// overLimit is err, the socket's end, unless data is at least tooBig: sent
+// again, it would close the next socket too (and a Worker would resend it
+// forever), so it is the server's answer to a body over its limit, a
+// too_large *Error, as over HTTP. Call it once done is closed.
+func (s *session) overLimit(kind string, data []byte, err error) error {
+	if s.tooBig == 0 || len(data) < s.tooBig {
+		return err
+	}
+	return &Error{Code: "too_large", Message: fmt.Sprintf(
+		"the %s message (%d bytes) is more than the worker socket takes: the server closed it (1009 message too big)", kind, len(data))}
 }
 
 func checkReply(m message) (message, error) {
@@ -258,16 +316,21 @@ func (s *session) forget(ref int64) {
 	s.mu.Unlock()
 }
 
-func (s *session) write(m message) error {
-	data, err := json.Marshal(m)
-	if err != nil {
-		return fmt.Errorf("encode a %s message: %w", m.Type, err)
-	}
+func (s *session) write(data []byte) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	_ = s.conn.SetWriteDeadline(time.Now().Add(writeWait))
 	if err := s.conn.WriteMessage(websocket.TextMessage, data); err != nil {
-		s.conn.Close() // a failed write leaves the stream unusable
+		// A failed write leaves the stream unusable; but the server may
+		// have said why it closed (1009 for a frame over its limit), so
+		// the reader gets a moment to read that before the connection goes.
+		go func() {
+			select {
+			case <-s.done:
+			case <-time.After(closeWait):
+			}
+			s.conn.Close()
+		}()
 		return fmt.Errorf("%w: %v", errSessionClosed, err)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -266,4 +267,59 @@ func compact(t *testing.T, raw json.RawMessage) string {
 	}
 	out, _ := json.Marshal(v)
 	return string(out)
+}
+
+// TestClientWorkerResultTooBigForTheSocket: a result larger than the
+// worker socket takes (the queue's maxItemBytes and the envelope) makes
+// the server close the socket with 1009, as it reads the frame's header
+// (the small result) or while the Worker still writes it (the big one).
+// The Worker reports the result as refused, too_large, as over HTTP,
+// instead of sending it again on every new socket and never returning.
+func TestClientWorkerResultTooBigForTheSocket(t *testing.T) {
+	t.Parallel()
+	s := start(t, newDirs(t))
+	for _, size := range []int{200 << 10, 16 << 20} {
+		// The socket's drop re-queued the task of the round before, which
+		// this round's worker may claim first: the same test of it.
+		s.post("resize", aliceToken, `{"url":"big"}`)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		var outcomes []client.Outcome
+		var drops int
+		w := &client.Worker{
+			Client: s.clientAs(boxToken), Queue: "resize", Name: "box-1", Limit: 1,
+			MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+			Logger: slog.New(slog.NewTextHandler(countLines{&drops, "reconnecting"}, nil)),
+			Handler: func(context.Context, *client.Task) (any, error) {
+				// resize's maxItemBytes is 4096; a frame may carry 64 KiB more.
+				return map[string]string{"blob": strings.Repeat("x", size)}, nil
+			},
+			OnOutcome: func(o client.Outcome) { outcomes = append(outcomes, o) },
+		}
+		err := w.Run(ctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("%d bytes: Run = %v (after %d reconnections)", size, err, drops)
+		}
+		var e *client.Error
+		if len(outcomes) != 1 || !errors.As(outcomes[0].Err, &e) || e.Code != "too_large" {
+			t.Fatalf("%d bytes: outcomes %+v, want one with a too_large *client.Error", size, outcomes)
+		}
+		id := outcomes[0].Task.ID
+		if v := s.do("GET", "/resize/"+id, aliceToken, "").JSON(t); v["status"] == "finished" {
+			t.Errorf("%d bytes: task %s finished with a result over the limit: %v", size, id, v)
+		}
+	}
+}
+
+// countLines counts the log lines that contain what.
+type countLines struct {
+	n    *int
+	what string
+}
+
+func (c countLines) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), c.what) {
+		*c.n++
+	}
+	return len(p), nil
 }
