@@ -111,7 +111,22 @@ type worker struct {
 	mu      sync.Mutex
 	waiting int                // outstanding claims
 	held    map[string]holding // task id → the claim that handed it out here
+	// ended are claims of this socket that ended without a word from it:
+	// a lease that lapsed, a queue timeout, another worker's result or a
+	// cancel. A late report of one still names its claim, so that it
+	// cannot touch a later claim of the task under the same worker name.
+	// They leave held, which would otherwise grow for as long as the
+	// socket lives (a Go worker whose handler fails lets the lease lapse);
+	// past maxEnded the oldest go (endedIDs, a ring).
+	ended    map[string]domain.Holder
+	endedIDs []string
+	nextEnd  int
 }
+
+// maxEnded bounds the ended claims a worker socket remembers. A late
+// report comes within moments of its claim's end; one later than a
+// thousand other ends is treated as one about a task never held here.
+const maxEnded = 1024
 
 // holding is a task a worker socket holds: the claim that handed it out
 // here (domain.HolderOf the claimed task), and how to stop watching it for
@@ -337,6 +352,39 @@ func (w *worker) drop(id string, claim domain.Holder) {
 	}
 }
 
+// end is drop for a claim that ended without a word from this socket: it
+// is remembered among the ended (see ended). The caller holds w.mu.
+func (w *worker) end(id string, claim domain.Holder) {
+	if h, ok := w.held[id]; !ok || !h.claim.Equal(claim) {
+		return
+	}
+	w.drop(id, claim)
+	if w.ended == nil {
+		w.ended = make(map[string]domain.Holder)
+	}
+	if _, ok := w.ended[id]; !ok {
+		if len(w.endedIDs) < maxEnded {
+			w.endedIDs = append(w.endedIDs, id)
+		} else {
+			delete(w.ended, w.endedIDs[w.nextEnd])
+			w.endedIDs[w.nextEnd] = id
+			w.nextEnd = (w.nextEnd + 1) % maxEnded
+		}
+	}
+	w.ended[id] = claim
+}
+
+// claimOf is the claim under which this socket holds task id, or held it
+// until it ended without a word from the socket (ok false: neither).
+// The caller holds w.mu.
+func (w *worker) claimOf(id string) (claim domain.Holder, held, ok bool) {
+	if h, ok := w.held[id]; ok {
+		return h.claim, true, true
+	}
+	claim, ok = w.ended[id]
+	return claim, false, ok
+}
+
 // cancelWatchBuffer is how many changes of a held task the watch for its
 // cancel may fall behind before it starts over with a read. Its goroutine
 // takes each change at once, and a held task changes seldom (a progress
@@ -375,10 +423,14 @@ func (w *worker) watchCancel(ctx context.Context, id string, claim domain.Holder
 		if errors.Is(err, app.ErrWatchLost) {
 			continue // fell behind: read the record afresh
 		}
-		if err == nil && claim.Names(t) && t.Status == domain.Failed && t.Error != nil && *t.Error == domain.CancelledError {
-			w.mu.Lock()
-			w.drop(id, claim)
-			w.mu.Unlock()
+		if err != nil {
+			return // handed in or given back (ctx), or the store is failing
+		}
+		// The claim ended: this socket no longer holds the task.
+		w.mu.Lock()
+		w.end(id, claim)
+		w.mu.Unlock()
+		if claim.Names(t) && t.Status == domain.Failed && t.Error != nil && *t.Error == domain.CancelledError {
 			w.send(cancelledReply{Type: "cancelled", ID: id})
 		}
 		return
@@ -421,14 +473,14 @@ func (w *worker) report(m message) {
 func (w *worker) apply(m message) {
 	ctx := context.WithoutCancel(w.ctx)
 	w.mu.Lock()
-	h, wasHeld := w.held[m.ID]
+	claim, wasHeld, known := w.claimOf(m.ID)
 	w.mu.Unlock()
-	// A report on a task this socket holds names the claim it holds, so a
+	// A report on a task this socket holds, or held, names that claim, so a
 	// late report of an older claim by this worker cannot touch a newer one
 	// (not even one after a retry, which repeats attempt numbers).
 	holder := domain.Holder{Worker: w.name}
-	if wasHeld {
-		holder = h.claim
+	if known {
+		holder = claim
 	}
 	out, err := w.call(ctx, m, holder)
 	if err != nil {
@@ -443,7 +495,7 @@ func (w *worker) apply(m message) {
 	// under another attempt.
 	if wasHeld && ((m.Type != "progress" && m.Type != "heartbeat") || !out.Accepted) {
 		w.mu.Lock()
-		w.drop(m.ID, h.claim)
+		w.drop(m.ID, claim)
 		w.mu.Unlock()
 	}
 	w.sendBytes(encodeAck(m.Ref, out.Accepted, ackStatus(m.Type, out), out.Lease))

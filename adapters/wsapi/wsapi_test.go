@@ -583,3 +583,53 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
+
+// A claim that ends without a word from its socket (here another worker's
+// failure comes first) leaves the socket's hands: what a socket keeps does
+// not grow with every lease that lapses on it. A late report of that claim
+// still names it, so it cannot touch the task's next claim under the same
+// worker name (here after a manager's retry, which counts attempts from 0
+// again).
+func TestAClaimEndedElsewhereLeavesTheSocket(t *testing.T) {
+	f := newFixture(t, index.New(), wsapi.Options{})
+	ctx := context.Background()
+	c := f.dial(t, "/work?worker=w1")
+	posted, err := f.svc.Post(ctx, f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WriteMessage(websocket.TextMessage, []byte(`{"type":"claim","ref":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, c); !strings.Contains(got, `"type":"task"`) {
+		t.Fatalf("claim: %s", got)
+	}
+	if held, _ := f.sockets.Held(); held != 1 {
+		t.Fatalf("the socket holds %d tasks after its claim, want 1", held)
+	}
+	if out, err := f.svc.Fail(ctx, f.q, posted.ID, "w2", nil); err != nil || !out.Accepted {
+		t.Fatalf("another worker's failure: %+v, %v", out, err)
+	}
+	waitFor(t, "the socket to let go of the task another worker ended", func() bool {
+		held, ended := f.sockets.Held()
+		return held == 0 && ended == 1
+	})
+
+	if _, err := f.svc.RetryTask(ctx, f.q, posted.ID); err != nil {
+		t.Fatal(err)
+	}
+	again, err := f.svc.Claim(ctx, f.q, "w1", nil, 0)
+	if err != nil || again.ID != posted.ID {
+		t.Fatalf("claim after the retry: %s, %v", again.ID, err)
+	}
+	if err := c.WriteMessage(websocket.TextMessage, []byte(`{"type":"release","ref":2,"id":"`+posted.ID+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := read(t, c), `{"type":"ack","ref":2,"accepted":false,"status":"processing"}`; got != want {
+		t.Errorf("the socket's late release got %s, want %s", got, want)
+	}
+	got, err := f.repo.Get(ctx, domain.KeyOf(again))
+	if err != nil || got.Status != domain.Processing || !domain.HolderOf(got).Equal(domain.HolderOf(again)) {
+		t.Errorf("after the late release the task is %+v, %v; want it still under the claim after the retry", got, err)
+	}
+}
