@@ -19,6 +19,11 @@ const handshakeTimeout = 30 * time.Second
 // has everything it needs from it.
 const closeWait = 5 * time.Second
 
+// watchSilence is how long a watch socket may stay silent (no view, ping
+// or pong) before it counts as dropped, and watchPing how often it pings:
+// the worker socket's peerTimeout and pingEvery (variables for tests).
+var watchSilence, watchPing = peerTimeout, pingEvery
+
 // Watch opens the task's watch socket and returns the status views it
 // sends: the current one at once, then one per change, ending after the
 // terminal view (the server then closes the socket, and that view counts as
@@ -38,6 +43,38 @@ func (c *Client) Watch(ctx context.Context, queue, id string) (iter.Seq2[View, e
 		stop := context.AfterFunc(ctx, func() { conn.Close() })
 		defer stop()
 		defer conn.Close()
+		// A socket silent for longer than watchSilence is gone (a dropped
+		// route, a server gone without a word), where TCP would take
+		// minutes to tell. The server pings every 15 s by default, and so
+		// does the watch, so that a server pinging less often (--ws-ping)
+		// still answers in time.
+		alive := func() { _ = conn.SetReadDeadline(time.Now().Add(watchSilence)) }
+		alive()
+		conn.SetPongHandler(func(string) error { alive(); return nil })
+		pinging := make(chan struct{})
+		defer close(pinging)
+		go func() {
+			tick := time.NewTicker(watchPing)
+			defer tick.Stop()
+			for {
+				select {
+				case <-pinging:
+					return
+				case <-tick.C:
+					if conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeWait)) != nil {
+						return
+					}
+				}
+			}
+		}()
+		conn.SetPingHandler(func(data string) error {
+			alive()
+			err := conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(writeWait))
+			if errors.Is(err, websocket.ErrCloseSent) {
+				return nil
+			}
+			return err
+		})
 		for {
 			_, data, err := conn.ReadMessage()
 			if err != nil {
@@ -47,6 +84,7 @@ func (c *Client) Watch(ctx context.Context, queue, id string) (iter.Seq2[View, e
 				yield(View{}, fmt.Errorf("watch %s/%s: the socket ended before a terminal view: %w", queue, id, err))
 				return
 			}
+			alive()
 			var v View
 			if err := json.Unmarshal(data, &v); err != nil {
 				yield(View{}, fmt.Errorf("watch %s/%s: a message is not a status view: %w", queue, id, err))
