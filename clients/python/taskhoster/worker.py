@@ -118,16 +118,19 @@ class Worker:
         """Work the queue until stopped, limit tasks are done, or a fatal
         refusal (raised)."""
         threads = [threading.Thread(target=self._slot, name=f"taskhoster-{self.queue}-{i}", daemon=True) for i in range(self._slots())]
-        for t in threads:
-            t.start()
         try:
+            # Starting is inside the try: a Ctrl-C while the later slots
+            # start (the first may be handling a task already) stops too.
+            for t in threads:
+                t.start()
             for t in threads:
                 t.join()
         except KeyboardInterrupt:
             self.log.info("interrupted: letting the running tasks finish")
             self.stop()
             for t in threads:
-                t.join()
+                if t.ident is not None:  # started (a join before would raise)
+                    t.join()
         if self._fatal is not None:
             raise self._fatal
 

@@ -12,6 +12,7 @@ import threading
 import time
 import unittest
 from pathlib import Path
+from unittest import mock
 from typing import Any
 
 from taskhoster import Client, Failure, Outcome, Release, Task, TaskhosterError, Worker
@@ -66,6 +67,26 @@ class WorkerTest(ServerTest):
             view = self.alice.status("resize", task_id)
             self.assertEqual((view.status, view.result, view.progress), ("finished", {"thumb": f"u{n}.jpg"}, {"percent": 50}))
             self.assertEqual(self.server.events(task_id)[1]["worker"], "py-1")
+
+    def test_ctrl_c_while_the_slots_start_stops_the_worker(self) -> None:
+        """A Ctrl-C can come while run is still starting its slots (the
+        first may be handling a task by then): run stops the worker and
+        returns, as after one that comes later, not with a traceback."""
+        w = Worker(self.box, "resize", lambda t: {"thumb": "t"}, concurrency=3, wait=5)
+        start = threading.Thread.start
+        calls = 0
+
+        def interrupted_start(t: threading.Thread) -> None:
+            nonlocal calls
+            calls += 1
+            start(t)
+            if calls == 2:
+                raise KeyboardInterrupt
+
+        with mock.patch.object(threading.Thread, "start", interrupted_start):
+            w.run()  # returns, having stopped
+        self.assertTrue(w.stopping)
+        self.assertEqual(calls, 2, "a slot started after the Ctrl-C")
 
     def test_heartbeats_outlive_a_short_lease(self) -> None:
         # The queue's lease is one second and the sweep runs every 100 ms: a
