@@ -49,7 +49,17 @@ export class SessionClosedError extends Error {
 interface Waiter {
   resolve: (m: Message) => void;
   reject: (e: Error) => void;
+  /** Bytes of the request's frame. */
+  size: number;
 }
+
+/** The close code of a server refusing a frame over its size limit. */
+const closeMessageTooBig = 1009;
+/**
+ * Messages bigger than this go out in fragments of this size, one at a
+ * time (no limit of the server's is below it: maxItemBytes plus 64 KiB).
+ */
+const pieceBytes = 64 << 10;
 
 export class Session {
   readonly started = Date.now();
@@ -61,6 +71,12 @@ export class Session {
   readonly #ws: WebSocket;
   readonly #log: Logger;
   readonly #waiting = new Map<number, Waiter>();
+  /** The size of the largest request given up (a signal aborted) before its reply came. */
+  #givenUp = 0;
+  /** The message being written in fragments, which nothing else may come between; then the next. */
+  #writing: Promise<void> = Promise.resolve();
+  /** How many messages wait to be written in fragments, or are being. */
+  #pieced = 0;
   /**
    * The tasks handed out on this socket whose handlers may still run: task
    * id → aborted with a CancelledError when the server cancels it.
@@ -99,7 +115,28 @@ export class Session {
           `worker socket closed (code ${code}${reason.length ? `, ${reason.toString()}` : ""})` +
             (this.#why ? `: ${this.#why.message}` : ""),
         );
-        for (const w of this.#waiting.values()) w.reject(why);
+        // A 1009 close is the server refusing a frame over its limit. The
+        // culprit got no reply, so it is among the requests still waiting
+        // or given up, at most as big as the largest of them; and every
+        // request that big is over the limit too. Those are refused as
+        // too_large, as over HTTP (413): sent again, they would close the
+        // next socket too, and a Worker would resend them forever.
+        let tooBig = 0;
+        if (code === closeMessageTooBig) {
+          tooBig = this.#givenUp;
+          for (const w of this.#waiting.values()) tooBig = Math.max(tooBig, w.size);
+        }
+        for (const w of this.#waiting.values()) {
+          if (tooBig > 0 && w.size >= tooBig) {
+            w.reject(
+              new TaskhosterError(
+                0,
+                "too_large",
+                `the message (${w.size} bytes) is more than the worker socket takes: the server closed it (1009 message too big)`,
+              ),
+            );
+          } else w.reject(why);
+        }
         this.#waiting.clear();
         resolve(why);
       });
@@ -165,7 +202,8 @@ export class Session {
   /**
    * Sends m with a fresh ref and resolves to the reply; rejects with a
    * SessionClosedError when the socket ends first, a TaskhosterError for an
-   * "error" reply, or the reason of the first of signals to abort.
+   * "error" reply (or too_large when the server closed the socket because
+   * m was over its size limit), or the reason of the first of signals to abort.
    */
   request(m: Message, signals: readonly AbortSignal[] = []): Promise<Message> {
     if (this.#isClosed) return Promise.reject(new SessionClosedError("worker socket closed"));
@@ -179,9 +217,12 @@ export class Session {
     } catch (err) {
       return Promise.reject(err);
     }
+    const size = Buffer.byteLength(text);
     return new Promise<Message>((resolve, reject) => {
       const abort = (e: Event) => {
-        this.#waiting.delete(ref);
+        // Should the server close the socket over this one, the close
+        // must still be told apart from a drop.
+        if (this.#waiting.delete(ref)) this.#givenUp = Math.max(this.#givenUp, size);
         cleanup();
         reject((e.target as AbortSignal).reason);
       };
@@ -198,15 +239,53 @@ export class Session {
           cleanup();
           reject(err);
         },
+        size,
       });
-      this.#ws.send(text, (err) => {
-        if (!err || !this.#waiting.has(ref)) return;
-        this.#waiting.delete(ref);
-        cleanup();
-        this.#ws.terminate(); // a failed write leaves the stream unusable
-        reject(new SessionClosedError(`worker socket write failed: ${err.message}`));
+      this.#write(text, size, (err) => {
+        if (!err || this.#isClosed) return;
+        this.#why ??= new Error(`worker socket write failed: ${err.message}`);
+        // A failed write leaves the stream unusable; but the server may
+        // have said why it closed (1009 for a frame over its limit, often
+        // while a big one is still being written), so the close frame gets
+        // a moment to arrive before the connection goes. The close rejects
+        // this request.
+        const t = setTimeout(() => this.#ws.terminate(), closeWaitMs);
+        this.#ws.once("close", () => clearTimeout(t));
       });
     });
+  }
+
+  /**
+   * Sends text as one message; done is called once it is written out, with
+   * the write's error if any. A big message goes in fragments, each once the
+   * one before is written and the socket was read meanwhile: a server
+   * refusing it (1009) closes the connection as soon as it reads too much,
+   * and Node drops a connection whose write fails at once, unread, so the
+   * close frame would be lost in one long write, and the message taken for
+   * a dropped socket and sent again.
+   */
+  #write(text: string, size: number, done: (err?: Error) => void): void {
+    if (size <= pieceBytes && this.#pieced === 0) {
+      this.#ws.send(text, done); // the common case
+      return;
+    }
+    const data = Buffer.from(text);
+    const prev = this.#writing;
+    this.#pieced++;
+    this.#writing = (async () => {
+      await prev;
+      for (let at = 0; ; at += pieceBytes) {
+        const fin = at + pieceBytes >= data.length;
+        const err = await new Promise<Error | undefined>((resolve) =>
+          this.#ws.send(data.subarray(at, at + pieceBytes), { binary: false, fin }, resolve),
+        );
+        if (err || fin) return done(err);
+        // A turn of the event loop: it reads what came meanwhile (the server's close) before the next write.
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+    })()
+      .catch(done)
+      .finally(() => this.#pieced--);
   }
 
   /** Says goodbye with code 1000, waits briefly for the server's close frame, then drops the connection. */

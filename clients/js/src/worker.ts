@@ -321,10 +321,12 @@ class Run<Item> {
       try {
         outcome.ack = await this.#send(m, session);
       } catch (err) {
-        if (m.type === "result" && err instanceof TypeError) {
-          // A result JSON cannot carry (a BigInt, a cycle): give the task
-          // back with why, as for a handler that threw, rather than leave
-          // it to its lease.
+        if (m.type === "result" && (err instanceof TypeError || isCode(err, "too_large"))) {
+          // A result JSON cannot carry (a BigInt, a cycle), or one over the
+          // worker socket's limit (the server closed the socket, which
+          // re-queued the task already: the release is not sent): give the
+          // task back with why, as for a handler that threw, rather than
+          // leave it to its lease or send it again.
           const back = handIn(task.id, undefined, { error: err });
           outcome.sent = "release";
           outcome.error = err;

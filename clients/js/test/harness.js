@@ -25,6 +25,8 @@ export const queues = {
   // A two-second lease: a handler running longer needs heartbeats (the
   // Worker sends one every third of the lease, leaving slack for a busy machine).
   short: { item: {}, settings: { leaseSeconds: 2 }, access },
+  // Values of at most 4 KiB: a worker socket message may be 64 KiB more.
+  tiny: { item: {}, settings: { maxItemBytes: 4096 }, access },
 };
 
 export function binary() {

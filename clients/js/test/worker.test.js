@@ -341,3 +341,93 @@ test("a worker whose claim query is invalid stops with invalid_query", async (t)
   assert.ok(err.cause instanceof TaskhosterError, String(err));
   assert.equal(err.cause.code, "invalid_query");
 });
+
+// tooBigForTheSocket runs a worker of limit 1 over one task of the tiny
+// queue (maxItemBytes 4096: the worker socket takes 64 KiB more) whose
+// handler is handler, until it ends or 30 s passed; the outcome, the
+// task's view and how often the socket dropped.
+async function tooBigForTheSocket(t, handler) {
+  const server = await start(t, newDirs(t));
+  const { alice, box } = clients(server);
+  const { id } = await alice.post("tiny", { n: 1 });
+  const outcomes = [];
+  let drops = 0;
+  const worker = new Worker({
+    client: box,
+    queue: "tiny",
+    limit: 1,
+    minBackoffMs: 20,
+    maxBackoffMs: 100,
+    logger: {
+      warn: (msg) => {
+        if (msg.includes("reconnecting")) drops++;
+      },
+    },
+    onOutcome: (o) => outcomes.push(o),
+    handler,
+  });
+  // A worker that sends the message again on every socket never ends: stop it.
+  const stop = AbortSignal.timeout(30_000);
+  const err = await worker.run(stop).catch((e) => e);
+  assert.equal(err, undefined, `run: ${err} (after ${drops} reconnections)`);
+  assert.equal(outcomes.length, 1);
+  return { outcome: outcomes[0], view: await alice.status("tiny", id), drops };
+}
+
+function assertTooLarge(err) {
+  assert.ok(err instanceof TaskhosterError && err.code === "too_large", `want a too_large TaskhosterError, got ${err}`);
+}
+
+// A message over the socket's limit makes the server close it with 1009, as
+// it reads the frame's header (the small one) or while the worker still
+// writes it (the big one). The worker takes that as the server's answer,
+// too_large, as HTTP answers 413, rather than a dropped socket to send the
+// message again over.
+for (const size of [200 << 10, 16 << 20]) {
+  test(`a result of ${size} bytes, over the worker socket's limit, is refused as too_large, not sent again`, async (t) => {
+    const { outcome, view } = await tooBigForTheSocket(t, () => ({ blob: "x".repeat(size) }));
+    assertTooLarge(outcome.error);
+    // As for a result JSON cannot carry: the task is given back, which
+    // the socket's close did already.
+    assert.equal(outcome.sent, "release");
+    assert.equal(outcome.ack.accepted, false);
+    assert.equal(view.status, "pending");
+  });
+}
+
+test("a failure whose reason is over the worker socket's limit is refused as too_large, not sent again", async (t) => {
+  const { outcome, view } = await tooBigForTheSocket(t, () => {
+    throw new Failure({ blob: "x".repeat(200 << 10) });
+  });
+  assertTooLarge(outcome.error);
+  assert.equal(outcome.sent, "");
+  assert.equal(view.status, "pending"); // the socket's close gave it back
+});
+
+test("progress over the worker socket's limit is refused as too_large", async (t) => {
+  let refused;
+  const { outcome } = await tooBigForTheSocket(t, async (task) => {
+    refused = await task.progress({ blob: "x".repeat(200 << 10) }).then(
+      (accepted) => new Error(`progress resolved ${accepted}`),
+      (e) => e,
+    );
+    return { n: 1 };
+  });
+  assertTooLarge(refused);
+  // The socket's close gave the task back, still unfinished: the result counts.
+  assert.equal(outcome.sent, "result");
+  assert.equal(outcome.ack.accepted, true);
+});
+
+test("a big result under the limit goes out in fragments and arrives whole", async (t) => {
+  const server = await start(t, newDirs(t));
+  const { alice, box } = clients(server);
+  const { id } = await alice.post("jobs", { n: 1 });
+  // 600 KB of two-byte characters: fragments of 64 KiB split some of them.
+  const blob = "é".repeat(300_000) + "end";
+  const worker = new Worker({ client: box, queue: "jobs", limit: 1, handler: () => ({ blob }) });
+  await withTimeout(worker.run(), 30_000, "the worker to hand in");
+  const view = await alice.status("jobs", id);
+  assert.equal(view.status, "finished");
+  assert.equal(view.result.blob, blob);
+});

@@ -399,8 +399,20 @@ class Client:
         try:
             if hook is not None:
                 hook(conn)
-            conn.request(method, self._prefix + path, body=data, headers=h)
-            resp = conn.getresponse()
+            try:
+                conn.request(method, self._prefix + path, body=data, headers=h)
+            except (BrokenPipeError, ConnectionResetError) as e:
+                # The server may have answered before it read the whole
+                # body, and closed: 413 too_large for a body over its
+                # limit, which is still being sent when it is big. That
+                # answer is there to read; taken for connection trouble,
+                # the body would be sent again (a Worker's hand_in) in vain.
+                try:
+                    resp = conn.getresponse()
+                except (OSError, http.client.HTTPException):
+                    raise e from None
+            else:
+                resp = conn.getresponse()
             if resp.status == 204:
                 return 204, None
             if not 200 <= resp.status <= 299:

@@ -258,14 +258,18 @@ class Worker:
         took = time.monotonic() - started
         try:
             ack: Ack | None = self._hand_in(send, again=sent != "release")
-        except (TypeError, ValueError) as e:  # a result that is not JSON
-            error, sent = e, "release"
-            try:
-                ack = self._hand_in(self._give_back(task, e), again=False)
-            except Exception as again:
-                error, sent, ack = again, None, None
         except Exception as e:
-            error, sent, ack = e, None, None
+            if isinstance(e, (TypeError, ValueError)) or (sent == "result" and isinstance(e, TaskhosterError) and e.code == "too_large"):
+                # A result that is not JSON, or over the queue's
+                # maxItemBytes (413): it can never be handed in. Give the
+                # task back with why rather than leave it to its lease.
+                error, sent = e, "release"
+                try:
+                    ack = self._hand_in(self._give_back(task, e), again=False)
+                except Exception as again:
+                    error, sent, ack = again, None, None
+            else:
+                error, sent, ack = e, None, None
         self._done(Outcome(task=task, sent=sent, ack=ack, error=error, took=took))
 
     def _give_back(self, task: Task, err: BaseException) -> Callable[[], Ack]:

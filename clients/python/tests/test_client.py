@@ -113,6 +113,20 @@ class ErrorTest(ServerTest):
     def test_too_large(self) -> None:
         self.assertCode(413, "too_large", self.alice.post, "resize", {"url": "x" * 5000})
 
+    def test_too_large_while_the_body_is_still_being_sent(self) -> None:
+        # resize's maxItemBytes is 4096. The server answers 413 and closes
+        # the connection as soon as it has read too much: a body too big
+        # for the socket's buffers is still being sent then, and the send
+        # fails (connection reset). The answer is there to read all the
+        # same; taken for connection trouble, a Worker would send it again.
+        self.alice.post("resize", {"url": "u"})
+        task = self.box.claim("resize")
+        assert task is not None
+        for big in (200 << 10, 16 << 20):
+            self.assertCode(413, "too_large", task.result, {"blob": "x" * big})
+            self.assertCode(413, "too_large", task.progress, {"percent": 1, "blob": "x" * big})
+            self.assertCode(413, "too_large", self.alice.post, "resize", {"url": "x" * big})
+
     def test_invalid_query(self) -> None:
         self.assertCode(400, "invalid_query", self.box.claim, "resize", query={"type": 5})
 

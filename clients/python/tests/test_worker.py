@@ -144,6 +144,26 @@ class WorkerTest(ServerTest):
         self.assertIsInstance(o.error, TypeError)
         self.assertEqual(self.anyone.status("public", task_id).status, "pending")
 
+    def test_a_result_over_the_limit_gives_the_task_back(self) -> None:
+        # resize's maxItemBytes is 4096: the server answers 413 too_large,
+        # before the body is all sent when it is big. As for a result that
+        # is not JSON, the task is given back with why, not sent again (and
+        # again, until hand_in_for) nor left to its lease.
+        posted = set()
+        for big in (200 << 10, 16 << 20):
+            # The round before gave its task back: this round may take either.
+            posted.add(self.alice.post("resize", {"url": "u"}))
+            [o] = self.work("resize", lambda task: {"blob": "x" * big}, limit=1, client=self.box, hand_in_for=5)
+            self.assertIn(o.task.id, posted)
+            self.assertIsInstance(o.error, TaskhosterError, o.error)
+            assert isinstance(o.error, TaskhosterError)
+            self.assertEqual((o.error.status, o.error.code), (413, "too_large"))
+            self.assertEqual(o.sent, "release")
+            assert o.ack is not None
+            self.assertEqual((o.ack.accepted, o.ack.status), (True, "pending"))
+            view = self.alice.status("resize", o.task.id)
+            self.assertEqual((view.status, view.failure and view.failure["error"]), ("pending", "TaskhosterError"))
+
     def test_release_and_failure(self) -> None:
         later = self.anyone.post("public", {"do": "release"})
         never = self.anyone.post("public", {"do": "fail"})
