@@ -33,6 +33,33 @@ type peer struct {
 	kill *time.Timer
 }
 
+// linger reads and drops what the peer still sends, for a moment, once a
+// message over the size limit was refused with close 1009. Closing at
+// once, the rest of that message unread, makes the kernel reset the
+// connection, and a peer still writing it may lose the close frame with
+// the reset: a client that then takes the drop for a network fault sends
+// the message again on a new socket, and again (Node's ws does). Read to
+// its end, the message lets the peer read our close, as Go's HTTP server
+// reads on after a 413. Bounded by lingerFor and lingerBytes.
+func (p *peer) linger() {
+	conn := p.conn.NetConn()
+	_ = conn.SetReadDeadline(time.Now().Add(lingerFor))
+	buf := make([]byte, 32<<10)
+	for read := 0; read < lingerBytes; {
+		n, err := conn.Read(buf)
+		if err != nil {
+			return // the peer closed, having read our close, or time is up
+		}
+		read += n
+	}
+}
+
+// How long, and how much, linger reads after a message over the limit.
+const (
+	lingerFor   = 2 * time.Second
+	lingerBytes = 64 << 20
+)
+
 // frame is one message for the writer: text, or (code non-zero) a close
 // frame after which nothing more is written.
 type frame struct {

@@ -185,6 +185,9 @@ type (
 func (w *worker) read() {
 	for {
 		_, data, err := w.conn.ReadMessage()
+		if errors.Is(err, websocket.ErrReadLimit) {
+			w.linger() // gorilla has refused it: close 1009
+		}
 		if err != nil {
 			return // close frame, dropped connection, silence, or over the size limit (1009)
 		}

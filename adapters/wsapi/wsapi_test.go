@@ -633,3 +633,27 @@ func TestAClaimEndedElsewhereLeavesTheSocket(t *testing.T) {
 		t.Errorf("after the late release the task is %+v, %v; want it still under the claim after the retry", got, err)
 	}
 }
+
+// A message over the size limit is refused with close 1009, and the server
+// reads the rest of it before it lets the connection go: a client that
+// writes the whole message before it reads again (Node's ws) still gets the
+// close, where a reset would have lost it, and the client would have taken
+// the drop for a network fault and sent the message again, forever.
+func TestAMessageOverTheLimitIsReadToItsEndBeforeTheClose(t *testing.T) {
+	f := newFixture(t, index.New(), wsapi.Options{})
+	c := f.dial(t, "/work?worker=w1")
+	big := make([]byte, 8<<20) // eight times the queue's maxItemBytes
+	for i := range big {
+		big[i] = 'x'
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	if err := c.WriteMessage(websocket.TextMessage, big); err != nil {
+		t.Fatalf("writing the message over the limit: %v; want the server to read it to its end", err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, _, err := c.ReadMessage()
+	var ce *websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != websocket.CloseMessageTooBig {
+		t.Fatalf("after the message over the limit the client read %v, want close 1009", err)
+	}
+}
