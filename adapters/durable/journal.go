@@ -80,7 +80,6 @@ type journal struct {
 	pending []byte   // records not yet written
 	after   []func() // to run once a commit holds the records added before them
 	spare   []byte   // the buffer the last commit wrote, reused
-	writing bool     // a commit has taken records and not yet written them
 	// holds are the records of writes not yet done on disc (Root.Hold), by
 	// the order they were added in; taken is the last of them a commit has
 	// taken (with pending), so a lap says again only those already written.
@@ -210,15 +209,15 @@ func (j *journal) afterCommit(fn func()) {
 	j.mu.Unlock()
 }
 
-// idle says whether every record added so far is durable (or failed:
-// err): none waits for a commit, and no commit is writing any. Nothing is
-// to run after a commit either, so that a Sync that finds the journal idle
-// does not leave a move's retire (AfterCommit) to a commit that may be long
-// in coming.
+// idle says whether a commit now would have nothing to do: no record
+// waits for one, and nothing is to run after one (a Sync that finds the
+// journal idle must not leave a move's retire, AfterCommit, to a commit
+// that may be long in coming). A commit under way may still be writing
+// the records it took: the Syncer knows (running).
 func (j *journal) idle() bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return len(j.pending) == 0 && len(j.after) == 0 && !j.writing
+	return len(j.pending) == 0 && len(j.after) == 0
 }
 
 // add records a write (Root's Put, Remove and Append), to be made durable
@@ -274,17 +273,11 @@ func (j *journal) commit(before func() error) (after []func(), err error) {
 	buf, after := j.pending, j.after
 	j.pending, j.after = j.spare[:0], nil
 	j.taken = j.lastSeq
-	j.writing = len(buf) > 0
 	j.mu.Unlock()
 	if len(buf) == 0 {
 		j.spare = buf
 		return after, nil // their records are committed already
 	}
-	defer func() {
-		j.mu.Lock()
-		j.writing = false
-		j.mu.Unlock()
-	}()
 	if before != nil {
 		if err := before(); err != nil {
 			return nil, j.stop("flush before a journal commit", err)

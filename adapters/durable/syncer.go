@@ -370,7 +370,7 @@ type batch struct {
 // Sync returns once every write recorded before the call is on stable
 // storage: once a commit that began after the call has finished, or at
 // once when no write is waiting for one (nothing recorded since the last
-// commit, none under way). A failed commit fails every caller it served,
+// commit, and no commit under way). A failed commit fails every caller it served,
 // with a KindUnavailable error. A cancelled ctx stops the wait, not the
 // commit. Under --sync none it returns at once.
 //
@@ -427,7 +427,10 @@ func (s *Syncer) join(ctx context.Context, arriving bool) error {
 	if arriving {
 		s.meet()
 	}
-	if s.journal != nil && s.journal.idle() {
+	if !s.running && s.journal != nil && s.journal.idle() {
+		// No commit is under way, nor its AfterCommit calls (running is
+		// cleared after them: a caller may count on a move's retire
+		// being done once a later Sync returns), and none is needed.
 		s.mu.Unlock()
 		return s.journal.err()
 	}

@@ -430,13 +430,30 @@ func TestASyncWithNothingRecordedReturnsAtOnce(t *testing.T) {
 	ctx := context.Background()
 
 	r.put(s, Items, "h/q/pending/a.json", []byte(`{"a":1}`))
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The flush loop ends a moment after it wakes its callers; a Sync
+	// meanwhile waits for its end, and so for one more round.
+	for i := 0; ; i++ {
+		s.mu.Lock()
+		running := s.running
+		s.mu.Unlock()
+		if !running {
+			break
+		}
+		if i == 10_000 {
+			t.Fatal("the flush loop is still running")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	for range 3 {
 		if err := s.Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if len(served) != 1 {
-		t.Fatalf("a write and three Syncs flushed %d times (callers %v), want once", len(served), served)
+		t.Fatalf("a write and four Syncs flushed %d times (callers %v), want once", len(served), served)
 	}
 	r.put(s, Items, "h/q/pending/b.json", []byte(`{"b":1}`))
 	if err := s.Sync(ctx); err != nil {
