@@ -16,7 +16,7 @@ import (
 // watch's pings, keeps it open however long the task takes.
 func TestAWatchEndsWhenItsServerFallsSilent(t *testing.T) {
 	defer func(silence, ping time.Duration) { watchSilence, watchPing = silence, ping }(watchSilence, watchPing)
-	watchSilence, watchPing = 300*time.Millisecond, 50*time.Millisecond
+	watchSilence, watchPing = 600*time.Millisecond, 50*time.Millisecond
 	gone := make(chan struct{})
 	defer close(gone)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -38,16 +38,17 @@ func TestAWatchEndsWhenItsServerFallsSilent(t *testing.T) {
 			}
 		}()
 		if r.URL.Path == "/q/00000000000000a3/watch" {
-			// Quiet, but answering the watch's pings: a second, three
-			// times watchSilence, then the end.
-			time.Sleep(time.Second)
+			// Quiet, but answering the watch's pings: 1.5 s, two and a
+			// half times watchSilence, then the end.
+			time.Sleep(1500 * time.Millisecond)
 			_ = conn.WriteMessage(websocket.TextMessage, []byte(`{"id":"00000000000000a3","status":"finished"}`))
 			_ = conn.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""))
 			<-gone
 			return
 		}
-		// Pinging: a second of pings, three times watchSilence, then the end.
-		for range 20 {
+		// Pinging: 1.5 s of pings, two and a half times watchSilence, then
+		// the end.
+		for range 30 {
 			time.Sleep(50 * time.Millisecond)
 			if err := conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second)); err != nil {
 				return
