@@ -50,9 +50,9 @@ func serve(args []string, stderr io.Writer) int {
 	// every flag. A default from the environment would be printed, password
 	// and all, by -h and by the help a mistyped flag brings.
 	fs.StringVar(&cfg.DatabaseURL, "database-url", "", "the PostgreSQL database of --store postgres (default $TASKHOSTER_DATABASE_URL)")
-	fs.DurationVar(&cfg.Sweep, "sweep", time.Second, "how often the sweep runs")
+	fs.DurationVar(&cfg.Sweep, "sweep", time.Second, "how often the sweep runs (10ms or more)")
 	fs.IntVar(&cfg.LogDays, "log-days", 21, "days of event log to keep")
-	fs.DurationVar(&cfg.WSPing, "ws-ping", wsapi.DefaultPingInterval, "how often sockets are pinged; a peer silent for twice this is dropped")
+	fs.DurationVar(&cfg.WSPing, "ws-ping", wsapi.DefaultPingInterval, "how often sockets are pinged (100ms or more); a peer silent for twice this is dropped")
 	fs.IntVar(&cfg.MaxConns, "max-conns", server.DefaultMaxConns, "open connections the API listener accepts at once")
 	fs.IntVar(&cfg.MaxSocketsPerHost, "max-sockets", wsapi.DefaultMaxSocketsPerHost, "open worker and watch sockets per host")
 	fs.IntVar(&cfg.MaxWaiting, "max-waiting", app.DefaultMaxWaiting, "claims waiting for work at once, over HTTP and sockets")

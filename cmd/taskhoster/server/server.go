@@ -92,17 +92,25 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--store must be files or postgres, not %q", c.Store)
 	case c.Store == "postgres" && c.DatabaseURL == "":
 		return errors.New("--store postgres needs --database-url (or TASKHOSTER_DATABASE_URL)")
-	case c.Sweep <= 0:
-		return errors.New("--sweep must be positive")
+	case c.Sweep < MinSweep:
+		return fmt.Errorf("--sweep must be %v or more", MinSweep)
 	case c.LogDays <= 0 || c.LogDays > MaxLogDays:
 		return fmt.Errorf("--log-days must be 1 to %d", MaxLogDays)
-	case c.WSPing < 0:
-		return errors.New("--ws-ping must be positive")
+	case c.WSPing < 0 || c.WSPing > 0 && c.WSPing < MinWSPing:
+		return fmt.Errorf("--ws-ping must be %v or more", MinWSPing)
 	case c.MaxConns < 0 || c.MaxSocketsPerHost < 0 || c.MaxWaiting < 0:
 		return errors.New("--max-conns, --max-sockets and --max-waiting must be positive")
 	}
 	return nil
 }
+
+// The shortest --sweep and --ws-ping: a sweep or a ping every microsecond
+// (a typo's unit) would keep a CPU busy with nothing but them, and a ping
+// that often would drop any peer slower to answer than that.
+const (
+	MinSweep  = 10 * time.Millisecond
+	MinWSPing = 100 * time.Millisecond
+)
 
 // withDefaults fills in what the flags left at zero.
 func withDefaults(cfg Config) Config {

@@ -34,9 +34,12 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("good config refused: %v", err)
 	}
 	for name, bad := range map[string]Config{
-		"sync":     {Sync: "sometimes", Sweep: time.Second, LogDays: 1},
-		"sweep":    {Sync: "none", LogDays: 1},
-		"log days": {Sync: "none", Sweep: time.Second},
+		"sync":           {Sync: "sometimes", Sweep: time.Second, LogDays: 1},
+		"sweep":          {Sync: "none", LogDays: 1},
+		"sweep of 1µs":   {Sync: "none", Sweep: time.Microsecond, LogDays: 1},
+		"log days":       {Sync: "none", Sweep: time.Second},
+		"ws-ping of 1ms": {Sync: "none", Sweep: time.Second, LogDays: 1, WSPing: time.Millisecond},
+		"ws-ping below":  {Sync: "none", Sweep: time.Second, LogDays: 1, WSPing: -time.Second},
 	} {
 		if bad.Validate() == nil {
 			t.Errorf("%s: bad config accepted", name)
