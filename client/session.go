@@ -82,6 +82,10 @@ type session struct {
 	// message of that size is over the limit too. Written before done is
 	// closed; 0 otherwise.
 	tooBig int
+
+	// tookReply, set by tests only, runs in the reader between taking a
+	// reply's waiter and handing it the reply.
+	tookReply func()
 }
 
 // waiter is a request waiting for its reply.
@@ -150,6 +154,9 @@ func (s *session) read(alive func()) {
 		wt, ok := s.waiting[*m.Ref]
 		delete(s.waiting, *m.Ref)
 		s.mu.Unlock()
+		if ok && s.tookReply != nil {
+			s.tookReply()
+		}
 		switch {
 		case ok:
 			if m.Type == "task" {
@@ -278,17 +285,20 @@ func (s *session) request(ctx context.Context, m message, stop <-chan struct{}, 
 		err = errStopped
 	}
 	s.mu.Lock()
-	if _, ok := s.waiting[ref]; ok {
+	_, mine := s.waiting[ref]
+	if mine {
 		s.givenUp = max(s.givenUp, len(data))
 		delete(s.waiting, ref)
 	}
 	s.mu.Unlock()
-	select {
-	case reply := <-ch:
-		return checkReply(reply)
-	default:
-		return message{}, err
+	if !mine {
+		// The reader took the waiter before we gave up: the reply is on its
+		// way (sent at once, into ch's buffer), and a task in it is held
+		// here already. Taken, it is run or given back; dropped, nobody
+		// would, and it would wait out its lease.
+		return checkReply(<-ch)
 	}
+	return message{}, err
 }
 
 // overLimit is err, the socket's end, unless data is at least tooBig: sent

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
 )
@@ -67,5 +68,52 @@ func TestACancelReachesTheLatestClaimOfATask(t *testing.T) {
 	case <-newer:
 	default:
 		t.Fatal("the cancel of the task's newer claim did not reach it: its handler would keep working a cancelled task")
+	}
+}
+
+// TestAReplyTakenAsItsClaimIsGivenUpIsNotDropped: a claim given up (its
+// ctx ended, the worker draining) in the moment the reader has taken its
+// reply's waiter but not yet handed it the reply still gets the task: the
+// task is held on this socket already, and dropped, nobody would run it or
+// give it back until its lease lapsed.
+func TestAReplyTakenAsItsClaimIsGivenUpIsNotDropped(t *testing.T) {
+	const id = "00000000000000a1"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		for {
+			var m message
+			if err := conn.ReadJSON(&m); err != nil {
+				return
+			}
+			_ = conn.WriteJSON(message{Type: "task", Ref: m.Ref, ID: id, Item: []byte(`{}`), Attempts: 1, Lease: &Lease{Worker: "w", Until: 1}})
+		}
+	}))
+	defer srv.Close()
+	conn, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http")+"/q/work", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSession(conn, slog.New(slog.DiscardHandler))
+	defer s.close()
+
+	ctx, giveUp := context.WithCancel(context.Background())
+	returned := make(chan struct{})
+	// The claim is given up just as the reader takes its waiter; the reader
+	// hands over the reply once the claim has returned, or a moment later.
+	s.tookReply = func() {
+		giveUp()
+		select {
+		case <-returned:
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	reply, err := s.request(ctx, message{Type: "claim"}, nil, nil)
+	close(returned)
+	if err != nil || reply.ID != id {
+		t.Fatalf("claim = %+v, %v; want the task the reader had taken for it", reply, err)
 	}
 }

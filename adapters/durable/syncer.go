@@ -370,9 +370,9 @@ type batch struct {
 // Sync returns once every write recorded before the call is on stable
 // storage: once a commit that began after the call has finished, or at
 // once when no write is waiting for one (nothing recorded since the last
-// commit, and no commit under way). A failed commit fails every caller it served,
-// with a KindUnavailable error. A cancelled ctx stops the wait, not the
-// commit. Under --sync none it returns at once.
+// commit, and no commit under way). A failed commit fails every caller it
+// served, with a KindUnavailable error. A cancelled ctx stops the wait,
+// not the commit. Under --sync none it returns at once.
 //
 // Readers call it too, before they show what they read (app.Service's
 // Status, Watch and ListTasks, eventlog.Reader.Durable): on an idle server
