@@ -49,12 +49,21 @@ type fixture struct {
 	svc   *app.Service
 	repo  *index.Store
 	log   *memlog.Log
-	sync  *countingSyncer
+	sync  *countingSyncer // nil when the test flushes with its own (newFixtureSyncing)
 	clock *clock.Fake
 	q     *domain.Queue
 }
 
 func newFixture(t *testing.T, settings domain.Settings) *fixture {
+	t.Helper()
+	counting := &countingSyncer{}
+	f := newFixtureSyncing(t, settings, counting)
+	f.sync = counting
+	return f
+}
+
+// newFixtureSyncing is newFixture whose service flushes with syncer.
+func newFixtureSyncing(t *testing.T, settings domain.Settings, syncer ports.Syncer) *fixture {
 	t.Helper()
 	item, err := schema.Compile(json.RawMessage(`{"type":"object","required":["url"]}`))
 	if err != nil {
@@ -63,7 +72,6 @@ func newFixture(t *testing.T, settings domain.Settings) *fixture {
 	f := &fixture{
 		repo:  index.New(),
 		log:   &memlog.Log{},
-		sync:  &countingSyncer{},
 		clock: clock.NewFake(time.UnixMilli(1751500000000)),
 		q: &domain.Queue{
 			Host: "task.example.com", Name: "resize", Settings: settings,
@@ -71,7 +79,7 @@ func newFixture(t *testing.T, settings domain.Settings) *fixture {
 		},
 	}
 	f.svc = app.New(app.Deps{
-		Repo: f.repo, Syncer: f.sync, Log: f.log, Notifier: notify.NewHub(),
+		Repo: f.repo, Syncer: syncer, Log: f.log, Notifier: notify.NewHub(),
 		Clock: f.clock, Compiler: schema.Compiler{},
 	})
 	return f

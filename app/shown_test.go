@@ -8,11 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/taskhoster/taskhoster/adapters/clock"
-	"github.com/taskhoster/taskhoster/adapters/index"
-	"github.com/taskhoster/taskhoster/adapters/memlog"
-	"github.com/taskhoster/taskhoster/adapters/notify"
-	"github.com/taskhoster/taskhoster/adapters/schema"
 	"github.com/taskhoster/taskhoster/app"
 	"github.com/taskhoster/taskhoster/domain"
 )
@@ -70,32 +65,14 @@ func shownOnlyOnceDurable(t *testing.T, g *gateSyncer, name string, read func() 
 	}
 }
 
-// newGated is a service on the in-memory store whose flushes g gates, and
-// its queue.
-func newGated(t *testing.T, g *gateSyncer) (*app.Service, *domain.Queue) {
-	t.Helper()
-	item, err := schema.Compile(json.RawMessage(`{"type":"object"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := &domain.Queue{
-		Host: "task.example.com", Name: "resize", Settings: domain.DefaultSettings(), Item: item,
-		Progress: schema.Any(), Result: schema.Any(),
-	}
-	svc := app.New(app.Deps{
-		Repo: index.New(), Syncer: g, Log: &memlog.Log{}, Notifier: notify.NewHub(),
-		Clock: clock.NewFake(time.UnixMilli(1751500000000)), Compiler: schema.Compiler{},
-	})
-	return svc, q
-}
-
 // TestAPurgeIsDurableBeforeItsAnswer: the tasks a purge deleted must not
 // come back with a power loss after it said how many it deleted.
 func TestAPurgeIsDurableBeforeItsAnswer(t *testing.T) {
 	g := newGateSyncer()
-	svc, q := newGated(t, g)
+	f := newFixtureSyncing(t, domain.DefaultSettings(), g)
+	svc, q := f.svc, f.q
 	ctx := context.Background()
-	posted, err := svc.Post(ctx, q, "alice", []byte(`{}`), app.PostOptions{})
+	posted, err := svc.Post(ctx, q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,9 +103,10 @@ func TestAPurgeIsDurableBeforeItsAnswer(t *testing.T) {
 // task finish twice.
 func TestReadsShowOnlyDurableChanges(t *testing.T) {
 	g := newGateSyncer()
-	svc, q := newGated(t, g)
+	f := newFixtureSyncing(t, domain.DefaultSettings(), g)
+	svc, q := f.svc, f.q
 	ctx := context.Background()
-	posted, err := svc.Post(ctx, q, "alice", []byte(`{}`), app.PostOptions{})
+	posted, err := svc.Post(ctx, q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -218,16 +218,16 @@ func (s *Service) takeBack(ctx context.Context, q *domain.Queue, logged bool, ta
 // starts retention under retainFrom "fetched") and logs a fetched event.
 func (s *Service) Status(ctx context.Context, q *domain.Queue, id string) (domain.View, error) {
 	t, err := s.get(ctx, q, id)
-	if err == nil && t.Status.Terminal() && t.FetchedAt == nil {
-		var v domain.View
-		if v, err = s.fetch(ctx, q, id); err == nil {
-			return v, s.shown(ctx)
-		}
-	}
 	if err != nil {
 		return domain.View{}, err
 	}
-	return t.View(), s.shown(ctx)
+	view := t.View()
+	if t.Status.Terminal() && t.FetchedAt == nil {
+		if view, err = s.fetch(ctx, q, id); err != nil {
+			return domain.View{}, err
+		}
+	}
+	return view, s.shown(ctx)
 }
 
 // shown returns once every change a reader may just have read is durable:

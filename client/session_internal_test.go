@@ -12,14 +12,10 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// TestACancelReachesTheLatestClaimOfATask: a task given back can be handed
-// out again on the same socket (to another slot, or the same one) before
-// the hand-in of its older claim is done with it. The server's cancel then
-// concerns the new claim, and must reach its handler even after the older
-// claim stopped watching. The server here hands out the same task to every
-// claim, and sends the cancel just before it answers a heartbeat.
-func TestACancelReachesTheLatestClaimOfATask(t *testing.T) {
-	const id = "00000000000000a1"
+// fakeServer is a session on a worker socket of a server on loopback that
+// answers each message the session sends with answer.
+func fakeServer(t *testing.T, answer func(conn *websocket.Conn, m message)) *session {
+	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		conn, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
 		if err != nil {
@@ -31,22 +27,41 @@ func TestACancelReachesTheLatestClaimOfATask(t *testing.T) {
 			if err := conn.ReadJSON(&m); err != nil {
 				return
 			}
-			switch m.Type {
-			case "claim":
-				_ = conn.WriteJSON(message{Type: "task", Ref: m.Ref, ID: id, Item: []byte(`{}`), Attempts: 1, Lease: &Lease{Worker: "w", Until: 1}})
-			case "heartbeat":
-				_ = conn.WriteJSON(map[string]string{"type": "cancelled", "id": id})
-				_ = conn.WriteJSON(message{Type: "ack", Ref: m.Ref})
-			}
+			answer(conn, m)
 		}
 	}))
-	defer srv.Close()
+	t.Cleanup(srv.Close)
 	conn, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http")+"/q/work", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := newSession(conn, slog.New(slog.DiscardHandler))
-	defer s.close()
+	t.Cleanup(s.close)
+	return s
+}
+
+// taskFor is the task message answering claim m with task id.
+func taskFor(m message, id string) message {
+	return message{Type: "task", Ref: m.Ref, ID: id, Item: []byte(`{}`), Attempts: 1, Lease: &Lease{Worker: "w", Until: 1}}
+}
+
+// TestACancelReachesTheLatestClaimOfATask: a task given back can be handed
+// out again on the same socket (to another slot, or the same one) before
+// the hand-in of its older claim is done with it. The server's cancel then
+// concerns the new claim, and must reach its handler even after the older
+// claim stopped watching. The server here hands out the same task to every
+// claim, and sends the cancel just before it answers a heartbeat.
+func TestACancelReachesTheLatestClaimOfATask(t *testing.T) {
+	const id = "00000000000000a1"
+	s := fakeServer(t, func(conn *websocket.Conn, m message) {
+		switch m.Type {
+		case "claim":
+			_ = conn.WriteJSON(taskFor(m, id))
+		case "heartbeat":
+			_ = conn.WriteJSON(map[string]string{"type": "cancelled", "id": id})
+			_ = conn.WriteJSON(message{Type: "ack", Ref: m.Ref})
+		}
+	})
 	ctx := context.Background()
 
 	claim := func() (<-chan struct{}, func()) {
@@ -78,27 +93,7 @@ func TestACancelReachesTheLatestClaimOfATask(t *testing.T) {
 // give it back until its lease lapsed.
 func TestAReplyTakenAsItsClaimIsGivenUpIsNotDropped(t *testing.T) {
 	const id = "00000000000000a1"
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, err := (&websocket.Upgrader{}).Upgrade(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		for {
-			var m message
-			if err := conn.ReadJSON(&m); err != nil {
-				return
-			}
-			_ = conn.WriteJSON(message{Type: "task", Ref: m.Ref, ID: id, Item: []byte(`{}`), Attempts: 1, Lease: &Lease{Worker: "w", Until: 1}})
-		}
-	}))
-	defer srv.Close()
-	conn, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(srv.URL, "http")+"/q/work", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := newSession(conn, slog.New(slog.DiscardHandler))
-	defer s.close()
+	s := fakeServer(t, func(conn *websocket.Conn, m message) { _ = conn.WriteJSON(taskFor(m, id)) })
 
 	ctx, giveUp := context.WithCancel(context.Background())
 	returned := make(chan struct{})

@@ -18,26 +18,7 @@ import (
 // and listens again on a new connection, well before TCP would tell: then
 // its local claims look once more, and news flows again.
 func TestListenerNoticesASilentlyLostConnection(t *testing.T) {
-	dbURL := pgtest.Database(t)
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := newFreezer(t, u.Host)
-	u.Host = p.addr()
-
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	a := start(t, dbURL, nil)
-	b := pgnotify.New(notify.NewHub(), u.String(), nil, nil)
-	b.SetListenCheck(100*time.Millisecond, 300*time.Millisecond)
-	if err := b.Start(ctx); err != nil {
-		t.Fatalf("start B: %v", err)
-	}
-	t.Cleanup(b.Stop)
-	// First: the pool's connections that froze would keep Stop waiting
-	// for PostgreSQL to hear their goodbye.
-	t.Cleanup(p.close)
+	ctx, a, b, p := behindAFreezer(t, func(b *pgnotify.Notifier) { b.SetListenCheck(100*time.Millisecond, 300*time.Millisecond) })
 	_, done := parked(t, ctx, b)
 
 	p.freeze()
@@ -54,29 +35,40 @@ func TestListenerNoticesASilentlyLostConnection(t *testing.T) {
 // sends again on a new one: news from the server does not stop at the
 // first send that never returns, as it would until TCP gave up (minutes).
 func TestSenderNoticesASilentlyLostConnection(t *testing.T) {
-	dbURL := pgtest.Database(t)
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := newFreezer(t, u.Host)
-	u.Host = p.addr()
-
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	a := start(t, dbURL, nil)
-	b := pgnotify.New(notify.NewHub(), u.String(), nil, nil)
-	b.SetSendWait(300 * time.Millisecond)
-	if err := b.Start(ctx); err != nil {
-		t.Fatalf("start B: %v", err)
-	}
-	t.Cleanup(b.Stop)
-	t.Cleanup(p.close) // first: see TestListenerNoticesASilentlyLostConnection
+	ctx, a, b, p := behindAFreezer(t, func(b *pgnotify.Notifier) { b.SetSendWait(300 * time.Millisecond) })
 	_, done := parked(t, ctx, a)
 
 	p.freeze() // the sender's pooled connection with it
 	b.Publish(posted(1))
 	woken(t, done, 10*time.Second, "a post on B did not wake the claim on A: its sender waits on its silent connection")
+}
+
+// behindAFreezer starts two notifiers on one new database: a connected
+// directly, b (tuned by tune before its start) through p, a freezer. ctx
+// ends after 30 s.
+func behindAFreezer(t *testing.T, tune func(*pgnotify.Notifier)) (ctx context.Context, a, b *pgnotify.Notifier, p *freezer) {
+	t.Helper()
+	dbURL := pgtest.Database(t)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = newFreezer(t, u.Host)
+	u.Host = p.addr()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	a = start(t, dbURL, nil)
+	b = pgnotify.New(notify.NewHub(), u.String(), nil, nil)
+	tune(b)
+	if err := b.Start(ctx); err != nil {
+		t.Fatalf("start B: %v", err)
+	}
+	t.Cleanup(b.Stop)
+	// First: the pool's connections that froze would keep Stop waiting
+	// for PostgreSQL to hear their goodbye.
+	t.Cleanup(p.close)
+	return ctx, a, b, p
 }
 
 // freezer forwards loopback connections to target. freeze silences the
