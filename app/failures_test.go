@@ -87,6 +87,55 @@ func TestDelayedTaskWakesAWaitingClaim(t *testing.T) {
 	}
 }
 
+// A clock set back (an NTP step, a hand) must not leave a waiting claim
+// asleep past a delayed task's time. The task's notBefore is behind the
+// latest time the store looked at, and before, the sweep's look after the
+// step woke the claim for it early (it passed it by and waited again), and
+// the task's own timer found nothing newly due when its time came.
+func TestADelayedTaskWakesAWaitingClaimAfterTheClockIsSetBack(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	ctx := context.Background()
+	start := f.clock.Now()
+	queues := []*domain.Queue{f.q}
+	if _, err := f.svc.Post(ctx, f.q, "alice", []byte(`{"url":"later"}`), app.PostOptions{DelaySeconds: ptrTo(5000.0)}); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Advance(1000 * time.Second) // the clock runs fast
+	if err := f.svc.Sweep(ctx, queues); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Set(start.Add(100 * time.Second)) // and is set right
+	task, err := f.svc.Post(ctx, f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{DelaySeconds: ptrTo(400.0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan domain.Task, 1)
+	go func() {
+		claimed, err := f.svc.Claim(ctx, f.q, "w", nil, time.Minute)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- claimed
+	}()
+	if err := f.svc.Sweep(ctx, queues); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-got:
+		t.Fatalf("claimed %s before its time", c.ID)
+	case <-time.After(50 * time.Millisecond):
+	}
+	f.clock.Advance(400 * time.Second)
+	select {
+	case c := <-got:
+		if c.ID != task.ID {
+			t.Errorf("claimed %s, want %s", c.ID, task.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting claim was not woken when the delay ran out")
+	}
+}
+
 func TestReleaseFailAndHeartbeat(t *testing.T) {
 	s := domain.DefaultSettings()
 	s.MaxAttempts = 2

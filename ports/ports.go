@@ -29,6 +29,12 @@ type Counts struct {
 	Oldest time.Time
 }
 
+// ClockStepBack is how far behind the latest now it looked at a Due's now
+// must be for a TaskRepository to take it for a clock set back (by hand, or
+// by NTP stepping a clock that ran fast), not for two callers that read the
+// clock in one order and reached the store in the other.
+const ClockStepBack = time.Second
+
 // Matcher decides whether a worker's claim query accepts an item.
 type Matcher interface {
 	// Key identifies what the matcher accepts: two matchers with the same key
@@ -113,7 +119,10 @@ type TaskRepository interface {
 	// claim took them since) and when the next delayed one will (zero:
 	// none is delayed). A second call at the same now reports 0. The
 	// caller wakes that many waiting claims and looks again then;
-	// ClaimNext does not depend on it.
+	// ClaimNext does not depend on it. A now more than ClockStepBack
+	// behind the latest one looked at means the clock was set back: the
+	// tasks whose notBefore is after now are delayed again, so that next
+	// names the first of them and a later call counts each when it comes.
 	Due(ctx context.Context, q domain.QueueRef, now time.Time) (n int, next time.Time, err error)
 	// Delete removes a task for good (retention), if check (when not nil)
 	// approves of its current record; otherwise it returns check's error.

@@ -140,6 +140,21 @@ func (q *queue) look(now time.Time) {
 	q.pending.promote(domain.Millis(now), func(e *entry) { q.views.enter(e, q.pending.len()) })
 }
 
+// rewind takes the clock back to ms, set back since the latest look (see
+// ports.ClockStepBack): the claimable tasks whose notBefore is after ms
+// leave the views and wait among the delayed again, so that Due names
+// their time and counts them when it comes.
+func (q *queue) rewind(ms int64) {
+	ahead := q.pending.ahead(ms)
+	for _, e := range ahead {
+		q.leavePending(e)
+	}
+	q.pending.seen = ms
+	for _, e := range ahead {
+		q.enterPending(e)
+	}
+}
+
 // put indexes e in place of old (nil for a new task). A task that leaves
 // pending leaves every view; one that enters it is shown to them.
 func (q *queue) put(old, e *entry) {

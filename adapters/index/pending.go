@@ -117,6 +117,22 @@ func (ps *pendingSet) promote(ms int64, entered func(*entry)) {
 	}
 }
 
+// ahead is the claimable tasks whose notBefore is after ms: those a look
+// at a later now made claimable.
+func (ps *pendingSet) ahead(ms int64) []*entry {
+	var found []*entry
+	from := &entry{flags: hasNotBefore, notBefore: ms + 1} // first by (EligibleAt, id)
+	for _, l := range ps.levels {
+		l.tasks.AscendGreaterOrEqual(from, func(e *entry) bool {
+			if e.flags&hasNotBefore != 0 {
+				found = append(found, e)
+			}
+			return true
+		})
+	}
+	return found
+}
+
 // nextDue is the notBefore of the first delayed task, if any.
 func (ps *pendingSet) nextDue() (int64, bool) {
 	e, ok := ps.delayed.Min()

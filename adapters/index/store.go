@@ -352,6 +352,9 @@ func (s *Store) Due(ctx context.Context, ref domain.QueueRef, now time.Time) (in
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if ms, seen := domain.Millis(now), q.pending.seen; ms < seen && seen-ms > ports.ClockStepBack.Milliseconds() {
+		q.rewind(ms)
+	}
 	q.look(now)
 	n := q.pending.promoted
 	q.pending.promoted = 0

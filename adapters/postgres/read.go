@@ -59,6 +59,17 @@ func (q *queue) advance(now int64) (from int64, moved bool) {
 	return from, true
 }
 
+// rewind takes the queue's looked-at time back to now if the clock was set
+// back (ports.ClockStepBack): the tasks whose notBefore is after now are
+// delayed again, and the look that passes them counts them for Due.
+func (q *queue) rewind(now int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if now < q.looked && q.looked-now > ports.ClockStepBack.Milliseconds() {
+		q.looked = now
+	}
+}
+
 // addDue counts n tasks come due, for the next Due.
 func (q *queue) addDue(n int) {
 	q.mu.Lock()
@@ -70,6 +81,7 @@ func (q *queue) addDue(n int) {
 // (found by this call or by a ClaimNext), and the earliest notBefore still
 // to come.
 func (s *Store) Due(ctx context.Context, ref domain.QueueRef, now time.Time) (int, time.Time, error) {
+	s.queue(ref).rewind(domain.Millis(now))
 	if err := s.promote(ctx, ref, domain.Millis(now)); err != nil {
 		return 0, time.Time{}, err
 	}

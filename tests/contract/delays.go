@@ -214,21 +214,7 @@ func testClaimNotBefore(t *testing.T, r ports.TaskRepository) {
 // same now reports none.
 func testDue(t *testing.T, r ports.TaskRepository) {
 	ctx := context.Background()
-	due := func(sec int) (int, time.Time) {
-		t.Helper()
-		n, next, err := r.Due(ctx, ref, at(sec))
-		if err != nil {
-			t.Fatalf("due: %v", err)
-		}
-		return n, next
-	}
-	expect := func(sec, wantN int, wantNext time.Time) {
-		t.Helper()
-		n, next := due(sec)
-		if n != wantN || !next.Equal(wantNext) {
-			t.Errorf("due at %d = %d, %v; want %d, %v", sec, n, next, wantN, wantNext)
-		}
-	}
+	expect := expectDue(t, r)
 	if n, next, err := r.Due(ctx, domain.QueueRef{Host: Host, Queue: "other"}, at(0)); err != nil || n != 0 || !next.IsZero() {
 		t.Errorf("due of an unknown queue = %d, %v, %v", n, next, err)
 	}
@@ -476,6 +462,56 @@ func cmpKeys(at1, at2 int64, id1, id2 string) int {
 		return 1
 	}
 	return 0
+}
+
+// expectDue returns a check that Due at sec seconds after the epoch
+// reports wantN tasks come due (any number when wantN is -1) and wantNext
+// as the next.
+func expectDue(t *testing.T, r ports.TaskRepository) func(sec, wantN int, wantNext time.Time) {
+	return func(sec, wantN int, wantNext time.Time) {
+		t.Helper()
+		n, next, err := r.Due(context.Background(), ref, at(sec))
+		if err != nil {
+			t.Fatalf("due: %v", err)
+		}
+		if n != wantN && wantN != -1 || !next.Equal(wantNext) {
+			t.Errorf("due at %d = %d, %v; want %d, %v", sec, n, next, wantN, wantNext)
+		}
+	}
+}
+
+// A clock set back (ports.ClockStepBack): the tasks whose notBefore is
+// still to come at the new now wait for it again, so that Due names their
+// time and counts them when it comes, and the claims waiting for them wake
+// then. Before, a task delayed to a time the store had looked past went
+// straight to the claimable tasks, where claims passed it by until its
+// time, and no Due ever named or counted it: a waiting claim slept on.
+func testDueAfterTheClockStepsBack(t *testing.T, r ports.TaskRepository) {
+	expect := expectDue(t, r)
+	postWith(t, r, 1, 0, kindItem("image"), 0, 500)
+	expect(1000, 1, time.Time{}) // the clock ran ahead to 1 000 s
+	postWith(t, r, 2, 0, kindItem("image"), 0, 700)
+	postWith(t, r, 3, 0, kindItem("image"), 0, 1500)
+	// The clock is set back to 100 s. Task 2, made claimable by the look
+	// at 1 000 s, may still be counted: a claim woken for nothing looks
+	// and waits again, where one too few would leave a claim asleep.
+	expect(100, -1, at(500))
+	assertCounts(t, r, ports.Counts{Pending: 3, Delayed: 3})
+	if got := claimAt(t, r, nil, at(100)); got != "" {
+		t.Fatalf("claim at 100 s took %s, delayed to 500 s", got)
+	}
+	expect(500, 1, at(700))
+	if got := claimAt(t, r, nil, at(500)); got != ID(1) {
+		t.Fatalf("claim at 500 s took %q, want %s", got, ID(1))
+	}
+	expect(700, 1, at(1500))
+	assertCounts(t, r, ports.Counts{Pending: 2, Processing: 1, Delayed: 1})
+	// A look a moment behind the latest (two claims that read the clock
+	// in one order and reach the store in the other) is no step back.
+	postWith(t, r, 4, 0, kindItem("image"), 0, 701)
+	expect(701, 1, at(1500))
+	expect(700, 0, at(1500))
+	assertCounts(t, r, ports.Counts{Pending: 3, Processing: 1, Delayed: 1})
 }
 
 // testCountsFailedAndOldest: Counts tells failed from finished, and Oldest

@@ -69,6 +69,7 @@ func TestRepository(t *testing.T, open func(t *testing.T) ports.TaskRepository) 
 		{"ClaimPriorityOrder", testClaimPriorityOrder},
 		{"ClaimNotBefore", testClaimNotBefore},
 		{"Due", testDue},
+		{"DueAfterTheClockStepsBack", testDueAfterTheClockStepsBack},
 		{"EachByEligibleAt", testEachByEligibleAt},
 		{"DelaysAgainstModel", testDelaysAgainstModel},
 		{"Keys", testKeys},
