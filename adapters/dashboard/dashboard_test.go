@@ -35,16 +35,15 @@ const (
 	eveToken    = "e0e0000000000000000000000000e0e0"
 )
 
-// fixture is a host whose queue ops alice manages and reader may only
-// see; eve may only post to it. The queue open's status is public.
+// fixture is a host whose queue ops alice manages (and reads the logs
+// of) and reader may only see; eve may only post to it. The queue
+// open's status is public.
 type fixture struct {
 	api      *httpapi.API
 	svc      *app.Service
 	activity *dashboard.Activity
 	dash     *dashboard.Dashboard
-	config   interface {
-		Host(string) (*domain.Host, bool)
-	}
+	config   ports.Config
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -61,7 +60,7 @@ func newFixtureOn(t *testing.T, clk ports.Clock) *fixture {
 		"taskhoster-users/reader.json": `{"name":"reader","token":"` + readerToken + `"}`,
 		"taskhoster-users/eve.json":    `{"name":"eve","token":"` + eveToken + `"}`,
 		"taskhoster-queues/ops.json": `{"item":{},"settings":{"maxAttempts":1},
-			"access":{"post":["alice","eve"],"status":["alice","reader"],"work":"public","manage":["alice"]}}`,
+			"access":{"post":["alice","eve"],"status":["alice","reader"],"work":"public","logs":["alice"],"manage":["alice"]}}`,
 		"taskhoster-queues/open.json": `{"item":{},"access":{"post":"public","status":"public"}}`,
 	}
 	for name, content := range files {
