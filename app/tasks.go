@@ -409,6 +409,17 @@ func (s *Service) Get(ctx context.Context, q *domain.Queue, id string) (domain.T
 	return s.get(ctx, q, id)
 }
 
+// Record returns a task's full record for a person to look at (the
+// dashboard's task page), once what it shows is durable (shown), as a
+// status read does; unlike Status it never stamps fetchedAt.
+func (s *Service) Record(ctx context.Context, q *domain.Queue, id string) (domain.Task, error) {
+	t, err := s.get(ctx, q, id)
+	if err != nil {
+		return domain.Task{}, err
+	}
+	return t, s.shown(ctx)
+}
+
 // Counts reports how many tasks q holds in each state.
 func (s *Service) Counts(q *domain.Queue) ports.Counts { return s.repo.Counts(q.Ref()) }
 

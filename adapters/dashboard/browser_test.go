@@ -1,10 +1,13 @@
 package dashboard_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,6 +16,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/taskhoster/taskhoster/adapters/clock"
+	"github.com/taskhoster/taskhoster/adapters/eventlog"
+	"github.com/taskhoster/taskhoster/adapters/httpapi"
+	"github.com/taskhoster/taskhoster/domain"
 )
 
 // chromium is Debian's Chromium, as in tests/e2e.
@@ -90,5 +96,54 @@ func TestReconnectKeepsTheRatesOfTheOutage(t *testing.T) {
 	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](spark+`.startsWith("last hour: 3 posted")`)); err != nil {
 		label, _ := chromedp.Run(tab, chromedp.Evaluate[string](spark))
 		t.Fatalf("after the outage the sparkline says %q, want 3 posted: %v", label, err)
+	}
+}
+
+// A task's page reads its trail from the log API page by page. A page can
+// hold none of the viewer's lines (the day file is shared by every host of
+// the server, and by queues the viewer may not read) and still not be the
+// end: the trail goes on from X-Next-Offset, and finds the task's lines
+// that lie past 4 MiB of another host's.
+func TestTrailReadsPastPagesOfOtherHostsLines(t *testing.T) {
+	f := newFixture(t)
+	task := f.post(t, "ops")
+	logs := t.TempDir()
+	day := eventlog.DayOf(time.UnixMilli(task.PostedAt))
+	var file bytes.Buffer
+	other := task
+	other.Host, other.Queue = "other.example.com", "busy"
+	for i := 0; file.Len() <= 5<<20; i++ {
+		other.ID = fmt.Sprintf("%016x", i)
+		file.Write(eventlog.EncodeLine(domain.Event{Kind: domain.EventPosted, At: time.UnixMilli(task.PostedAt), Task: other}, nil))
+	}
+	file.Write(eventlog.EncodeLine(domain.Event{Kind: domain.EventPosted, At: time.UnixMilli(task.PostedAt), Task: task}, nil))
+	if err := os.MkdirAll(filepath.Join(logs, "tasks"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(logs, "tasks", day+".jsonl"), file.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	api := httpapi.New(f.svc, f.config, httpapi.Options{Dashboard: f.dash, Logs: eventlog.NewReader(logs)})
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+
+	base := "http://" + testHost + ".localhost:" + srv.URL[strings.LastIndexByte(srv.URL, ':')+1:] + "/_dash/"
+	tab := openPage(t, base)
+	if err := chromedp.Do(tab,
+		chromedp.SendKeys(chromedp.CSS(`#token`), aliceToken),
+		chromedp.Click(chromedp.CSS(`#signin-button`))); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, tab, "the sign-in", `!document.getElementById("whoami").hidden`)
+	if err := chromedp.Do(tab, chromedp.Navigate(base+"#/q/ops/t/"+task.ID)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, tab, "the trail read", `(document.getElementById("trail")?.textContent ?? "Loading…") !== "Loading…"`)
+	got, err := chromedp.Run(tab, chromedp.Evaluate[string](`document.getElementById("trail").textContent`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, "posted") {
+		t.Errorf("the trail of a task whose lines lie past 4 MiB of another host's shows %q, want its posted line", got)
 	}
 }

@@ -432,14 +432,16 @@ type taskJSON struct {
 
 // task answers GET /_dash/api/queues/{queue}/tasks/{id}. Unlike GET
 // /{queue}/{id} it never stamps fetchedAt: looking at a task from the
-// dashboard must not start its retention clock.
+// dashboard must not start its retention clock. Like it, it shows only a
+// durable record (Service.Record): a result a power loss can take away is
+// never shown.
 func (d *Dashboard) task(w http.ResponseWriter, r *http.Request) {
 	q, err := d.managed(r)
 	if err != nil {
 		d.writeError(w, r, err)
 		return
 	}
-	t, err := d.opt.Service.Get(r.Context(), q, chi.URLParam(r, "id"))
+	t, err := d.opt.Service.Record(r.Context(), q, chi.URLParam(r, "id"))
 	if err != nil {
 		d.writeError(w, r, notFoundAsTask(err))
 		return

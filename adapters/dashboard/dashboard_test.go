@@ -35,16 +35,15 @@ const (
 	eveToken    = "e0e0000000000000000000000000e0e0"
 )
 
-// fixture is a host whose queue ops alice manages and reader may only
-// see; eve may only post to it. The queue open's status is public.
+// fixture is a host whose queue ops alice manages (and reads the logs
+// of) and reader may only see; eve may only post to it. The queue
+// open's status is public.
 type fixture struct {
 	api      *httpapi.API
 	svc      *app.Service
 	activity *dashboard.Activity
 	dash     *dashboard.Dashboard
-	config   interface {
-		Host(string) (*domain.Host, bool)
-	}
+	config   ports.Config
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -55,13 +54,19 @@ func newFixture(t *testing.T) *fixture {
 // newFixtureOn is newFixture with the service and the dashboard on clk.
 func newFixtureOn(t *testing.T, clk ports.Clock) *fixture {
 	t.Helper()
+	return newFixtureWith(t, clk, nopSync{})
+}
+
+// newFixtureWith is newFixtureOn whose changes syncer makes durable.
+func newFixtureWith(t *testing.T, clk ports.Clock, syncer ports.Syncer) *fixture {
+	t.Helper()
 	dir := t.TempDir()
 	files := map[string]string{
 		"taskhoster-users/alice.json":  `{"name":"alice","token":"` + aliceToken + `"}`,
 		"taskhoster-users/reader.json": `{"name":"reader","token":"` + readerToken + `"}`,
 		"taskhoster-users/eve.json":    `{"name":"eve","token":"` + eveToken + `"}`,
 		"taskhoster-queues/ops.json": `{"item":{},"settings":{"maxAttempts":1},
-			"access":{"post":["alice","eve"],"status":["alice","reader"],"work":"public","manage":["alice"]}}`,
+			"access":{"post":["alice","eve"],"status":["alice","reader"],"work":"public","logs":["alice"],"manage":["alice"]}}`,
 		"taskhoster-queues/open.json": `{"item":{},"access":{"post":"public","status":"public"}}`,
 	}
 	for name, content := range files {
@@ -80,7 +85,7 @@ func newFixtureOn(t *testing.T, clk ports.Clock) *fixture {
 	activity := dashboard.NewActivity()
 	hub := notify.NewHub()
 	svc := app.New(app.Deps{
-		Repo: index.New(), Syncer: nopSync{}, Log: &memlog.Log{}, Notifier: hub,
+		Repo: index.New(), Syncer: syncer, Log: &memlog.Log{}, Notifier: hub,
 		Clock: clk, Compiler: schema.Compiler{}, Pauses: &pauses{}, Observer: activity,
 	})
 	d := dashboard.New(dashboard.Options{
@@ -455,4 +460,58 @@ func (p *pauses) SetPaused(_ context.Context, q domain.QueueRef, paused bool) er
 	}
 	p.m[q] = paused
 	return nil
+}
+
+// gateSyncer is a Syncer whose flushes, once gated, say on entered that
+// they began and wait for release. Ungated, it returns at once.
+type gateSyncer struct {
+	gated   chan struct{} // closed: gated
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gateSyncer) Sync(context.Context) error {
+	select {
+	case <-g.gated:
+	default:
+		return nil
+	}
+	g.entered <- struct{}{}
+	<-g.release
+	return nil
+}
+
+// A task's record on the dashboard is a read like GET /{queue}/{id}: it
+// shows a change only once it is durable (ARCHITECTURE.md's invariant), or
+// a manager could be shown a result that a power loss then takes away.
+func TestATasksRecordIsShownOnlyOnceDurable(t *testing.T) {
+	g := &gateSyncer{gated: make(chan struct{}), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	f := newFixtureWith(t, clock.System{}, g)
+	task := f.post(t, "ops")
+	close(g.gated)
+
+	done := make(chan int, 1)
+	go func() {
+		req := httptest.NewRequest("GET", "http://"+testHost+"/_dash/api/queues/ops/tasks/"+task.ID, nil)
+		req.Header.Set("Authorization", "Bearer "+aliceToken)
+		rec := httptest.NewRecorder()
+		f.api.ServeHTTP(rec, req)
+		done <- rec.Code
+	}()
+	select {
+	case <-g.entered:
+	case code := <-done:
+		t.Fatalf("the task's record answered %d without waiting for a flush", code)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the task's record neither answered nor flushed")
+	}
+	g.release <- struct{}{}
+	select {
+	case code := <-done:
+		if code != http.StatusOK {
+			t.Errorf("the task's record: %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the task's record still waits after its flush")
+	}
 }

@@ -728,8 +728,11 @@ async function trail(queue, id, postedAt) {
         const ev = JSON.parse(line);
         if (ev.id === id && ev.queue === queue) out.push(ev);
       }
+      // An empty page is not the end: the day file holds every host's
+      // lines, and a page may hold none this user may read. The end is
+      // where the offset stops moving.
       const next = Number(r.headers.get("X-Next-Offset"));
-      if (!text || next <= offset) break;
+      if (!(next > offset)) break;
       offset = next;
     }
   }
