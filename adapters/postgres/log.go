@@ -350,6 +350,9 @@ func (l *Log) OpenPayload(host, queue, id, name string) (*eventlog.Payload, erro
 	default:
 		return nil, noSuchPayload()
 	}
+	if !named(domain.Key{Host: host, Queue: queue, ID: id}) {
+		return nil, noSuchPayload() // the id is the client's: see named
+	}
 	ctx, cancel := shortCtx()
 	defer cancel()
 	var body []byte

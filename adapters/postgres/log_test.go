@@ -429,3 +429,15 @@ func TestLogReaderFollowingWriters(t *testing.T) {
 		t.Errorf("%d tasks logged, want %d", len(seen), 8*25)
 	}
 }
+
+// An archived body asked for by an id no task can have (a path's %00 or
+// %FF reach the handler decoded) is not found, as in the file archive,
+// rather than a statement the database refuses (500).
+func TestPayloadOfAnImpossibleIDIsNotFound(t *testing.T) {
+	l := mustOpen(t, pgtest.Database(t)).Log()
+	for _, id := range []string{"\x00000000000000001", "\xff000000000000001"} {
+		if _, err := l.OpenPayload("task.example.com", "resize", id, eventlog.ItemFile); !isCode(err, domain.CodeNotFound) {
+			t.Errorf("open payload of %q = %v, want not_found", id, err)
+		}
+	}
+}

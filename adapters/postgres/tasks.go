@@ -154,6 +154,9 @@ func createFailed(id string, err error) error {
 // change made by this Store has returned, and once the read hook (see
 // OnRead) has returned.
 func (s *Store) Get(ctx context.Context, k domain.Key) (domain.Task, error) {
+	if !named(k) {
+		return domain.Task{}, domain.ErrNotFound
+	}
 	var data []byte
 	var now int64
 	err := s.pool.QueryRow(ctx, `SELECT record, (extract(epoch FROM clock_timestamp()) * 1000)::bigint FROM tasks
@@ -163,6 +166,16 @@ func (s *Store) Get(ctx context.Context, k domain.Key) (domain.Task, error) {
 		s.onRead(ctx, t, time.Duration(now-lastChange(t))*time.Millisecond)
 	}
 	return t, err
+}
+
+// named reports whether k can name a stored task: Create stores none
+// whose names domain.VetNew refuses. A key from a client (an id in a path
+// or a socket message) may hold what a text column cannot, a NUL or bytes
+// that are not UTF-8; sent to the database, the statement would fail
+// (22021), answered 500 instead of 404, and in a batch it would fail every
+// change batched with it.
+func named(k domain.Key) bool {
+	return domain.ValidHost(k.Host) && domain.ValidName(k.Queue) && domain.ValidID(k.ID)
 }
 
 // ReadHook is told of each record Get read, and how long before the read
@@ -220,6 +233,9 @@ const updateRow = `UPDATE tasks SET status = $4, stage = $5, priority = $6, elig
 // on a guess of its record, and on the locked row when the guess misses
 // (guess.go).
 func (s *Store) Update(ctx context.Context, k domain.Key, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+	if !named(k) {
+		return domain.Task{}, domain.ErrNotFound
+	}
 	o := &op{kind: opUpdate, ctx: ctx, key: k, fn: fn}
 	if g, ok := s.recent.take(k); ok {
 		o.guess = &g
@@ -516,6 +532,9 @@ func (s *Store) records(ctx context.Context, op, query string, args ...any) ([]d
 
 // Delete removes a task if check approves of its current record.
 func (s *Store) Delete(ctx context.Context, k domain.Key, check func(domain.Task) error, then ports.Then) error {
+	if !named(k) {
+		return domain.ErrNotFound
+	}
 	_, err := retry(ctx, s, func() (struct{}, error) {
 		var data []byte
 		tx, err := s.lock(ctx, selectForUpdate, []any{k.Host, k.Queue, k.ID}, &data)

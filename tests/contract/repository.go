@@ -234,6 +234,21 @@ func testGetMissing(t *testing.T, r ports.TaskRepository) {
 	if err := r.Delete(ctx, key(2), nil, nil); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("delete of a missing task = %v, want ErrNotFound", err)
 	}
+	// Ids no task can have, as a client may send them (a path's %00 or
+	// %ff, a socket message's "\u0000"): not found, as any other id of no
+	// task, never the store's failure to hold the text (a 500).
+	for _, id := range []string{"\x00" + ID(1)[1:], "\xff" + ID(1)[1:], ID(1) + "\x00"} {
+		k := domain.Key{Host: Host, Queue: Queue, ID: id}
+		if _, err := r.Get(ctx, k); !errors.Is(err, domain.ErrNotFound) {
+			t.Errorf("get %q = %v, want ErrNotFound", id, err)
+		}
+		if _, err := r.Update(ctx, k, claim("box-1", at(1)), nil); !errors.Is(err, domain.ErrNotFound) {
+			t.Errorf("update %q = %v, want ErrNotFound", id, err)
+		}
+		if err := r.Delete(ctx, k, nil, nil); !errors.Is(err, domain.ErrNotFound) {
+			t.Errorf("delete %q = %v, want ErrNotFound", id, err)
+		}
+	}
 	other := domain.QueueRef{Host: Host, Queue: "other"}
 	if _, err := r.ClaimNext(ctx, other, nil, at(1), claim("box-1", at(1)), nil); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("claim in an unknown queue = %v, want ErrNotFound", err)
