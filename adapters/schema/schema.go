@@ -23,6 +23,8 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"runtime"
+	"slices"
 	"sort"
 	"strings"
 
@@ -41,7 +43,54 @@ const baseURL = "taskhoster:///schema.json"
 // Schema is a compiled JSON Schema. The zero value, and Any(), accept every
 // JSON value.
 type Schema struct {
-	compiled *jsonschema.Schema
+	raw json.RawMessage
+	// spares are compiled copies of raw not in use. Each copy counts the
+	// subschemas one Validate evaluates (budget), so a call needs a copy
+	// of its own: one is taken per call, and compiled afresh when none is
+	// spare (only while more calls run at once than ever before).
+	spares chan *compiled
+}
+
+// compiled is one compiled copy of a schema and the budget its
+// evaluations draw on.
+type compiled struct {
+	schema *jsonschema.Schema
+	budget *budget
+}
+
+// The budget of one Validate: the subschemas it may evaluate. A schema of a
+// few hundred bytes can apply one subschema twice, that one the next twice,
+// and so on, so that checking a single value evaluates 2^40 subschemas: the
+// library keeps no count, and a claim query (any worker's to send, tried on
+// every pending task under its queue's lock) froze a queue for good. An
+// honest schema evaluates a few subschemas per value of the document, and a
+// value takes at least a byte or two; what is beyond this is refused.
+const (
+	budgetBase    = 1 << 14
+	budgetPerByte = 4
+)
+
+// budget counts down the object subschemas one Validate evaluates; the
+// extension (budgetExt) is called once at the end of each evaluation.
+type budget struct{ left int }
+
+// overBudget is what budgetStep panics with to stop a validation at once:
+// returning an error would let every sibling branch run on.
+type overBudget struct{}
+
+type budgetExt struct{ b *budget }
+
+func (e budgetExt) Compile(jsonschema.CompilerContext, map[string]any) (jsonschema.ExtSchema, error) {
+	return budgetStep(e), nil
+}
+
+type budgetStep struct{ b *budget }
+
+func (s budgetStep) Validate(jsonschema.ValidationContext, any) error {
+	if s.b.left--; s.b.left < 0 {
+		panic(overBudget{})
+	}
+	return nil
 }
 
 // Any returns a schema that accepts any JSON value: what a queue file's
@@ -99,15 +148,9 @@ func Compile(raw json.RawMessage) (s *Schema, err error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, &Error{Reason: "empty: a schema is a JSON object or a boolean"}
 	}
-	c := jsonschema.NewCompiler()
-	c.Draft = jsonschema.Draft2020
-	c.LoadURL = func(u string) (io.ReadCloser, error) { return nil, &notFetched{url: u} }
-	if err := c.AddResource(baseURL, bytes.NewReader(raw)); err != nil {
-		return nil, &Error{Reason: strings.TrimPrefix(err.Error(), "jsonschema: invalid json "+baseURL+": "), err: err}
-	}
-	compiled, err := c.Compile(baseURL)
+	first, err := compile(raw)
 	if err != nil {
-		return nil, &Error{Reason: compileReason(err), err: err}
+		return nil, err
 	}
 	if acceptsAll(raw) {
 		// `{}` and `true` accept every value: validating against them is
@@ -115,7 +158,43 @@ func Compile(raw json.RawMessage) (s *Schema, err error) {
 		// whose items are free (1.5 % of the server's CPU in a profile).
 		return Any(), nil
 	}
-	return &Schema{compiled: compiled}, nil
+	s = &Schema{raw: slices.Clone(raw), spares: make(chan *compiled, runtime.GOMAXPROCS(0))}
+	s.spares <- first
+	return s, nil
+}
+
+// compile compiles one copy of raw with its budget.
+func compile(raw json.RawMessage) (*compiled, error) {
+	b := &budget{}
+	c := jsonschema.NewCompiler()
+	c.Draft = jsonschema.Draft2020
+	c.LoadURL = func(u string) (io.ReadCloser, error) { return nil, &notFetched{url: u} }
+	c.RegisterExtension("taskhoster-budget", nil, budgetExt{b})
+	if err := c.AddResource(baseURL, bytes.NewReader(raw)); err != nil {
+		return nil, &Error{Reason: strings.TrimPrefix(err.Error(), "jsonschema: invalid json "+baseURL+": "), err: err}
+	}
+	sch, err := c.Compile(baseURL)
+	if err != nil {
+		return nil, &Error{Reason: compileReason(err), err: err}
+	}
+	return &compiled{schema: sch, budget: b}, nil
+}
+
+// take is a copy of s for one Validate, to give back with put.
+func (s *Schema) take() (*compiled, error) {
+	select {
+	case c := <-s.spares:
+		return c, nil
+	default:
+		return compile(s.raw) // it compiled once: it compiles again
+	}
+}
+
+func (s *Schema) put(c *compiled) {
+	select {
+	case s.spares <- c:
+	default: // as many spares as can run at once: let this one go
+	}
 }
 
 // acceptsAll reports whether raw is the schema `true` or an object with no
@@ -161,14 +240,20 @@ func compileReason(err error) string {
 // Validate checks doc, which must be valid JSON, and lists every leaf
 // violation sorted by path, then message. None means doc is valid.
 func (s *Schema) Validate(doc json.RawMessage) []domain.Violation {
-	if s == nil || s.compiled == nil {
+	if s == nil || s.spares == nil {
 		return nil
 	}
 	v, err := Decode(doc)
 	if err != nil {
 		return []domain.Violation{{Path: "", Message: "not valid JSON: " + err.Error()}}
 	}
-	err = validate(s.compiled, v)
+	c, err := s.take()
+	if err != nil {
+		return []domain.Violation{{Path: "", Message: err.Error()}}
+	}
+	c.budget.left = budgetBase + budgetPerByte*len(doc)
+	err = validate(c.schema, v)
+	s.put(c)
 	if err == nil {
 		return nil
 	}
@@ -189,9 +274,15 @@ func (s *Schema) Validate(doc json.RawMessage) []domain.Violation {
 // socket's own goroutine, where a panic ends the server. Such a document
 // is refused; PostgreSQL cannot hold its number as jsonb either, so every
 // store leaves the verdict to this.
+//
+// A validation that outruns its budget (budgetStep) is refused too.
 func validate(c *jsonschema.Schema, v any) (err error) {
 	defer func() {
-		if r := recover(); r != nil {
+		switch r := recover(); r {
+		case nil:
+		case overBudget{}:
+			err = errors.New("the value is too costly to check against the schema: the schema applies its parts to it too many times over")
+		default:
 			err = errors.New("the value cannot be checked against the schema: a number in it is beyond what can be compared")
 		}
 	}()

@@ -17,7 +17,7 @@ func TestSchemasThatAcceptAllSkipValidation(t *testing.T) {
 		if err != nil {
 			t.Fatalf("compile %s: %v", raw, err)
 		}
-		if got := s.compiled == nil; got != skips {
+		if got := s.spares == nil; got != skips {
 			t.Errorf("compile %s: skips validation %v, want %v", raw, got, skips)
 		}
 	}

@@ -3,11 +3,13 @@ package schema_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -241,4 +243,48 @@ func TestCompilerImplementsPort(t *testing.T) {
 	if err == nil || bad != nil {
 		t.Errorf("Compile(bad) = %v, %v; want a nil Schema interface and an error", bad, err)
 	}
+}
+
+// costlySchema is n definitions, each applying the next twice to the same
+// value: 1.4 KB whose every check of a value evaluates 2^n subschemas. A
+// claim query is any worker's to send and is tried on every pending task
+// under its queue's lock, so unbounded, one such query (n = 40) froze the
+// queue for good and kept a CPU busy.
+func costlySchema(n int) string {
+	defs := make([]string, 0, n+1)
+	for i := range n {
+		defs = append(defs, fmt.Sprintf(`"d%d":{"allOf":[{"$ref":"#/$defs/d%d"},{"$ref":"#/$defs/d%d"}]}`, i, i+1, i+1))
+	}
+	defs = append(defs, fmt.Sprintf(`"d%d":{"type":"object"}`, n))
+	return `{"$ref":"#/$defs/d0","$defs":{` + strings.Join(defs, ",") + `}}`
+}
+
+// A document whose check would take far more work than its size calls for
+// is refused, with a violation, instead of being judged at any cost; the
+// same schema still judges documents it can afford, and concurrently.
+func TestValidateRefusesWorkBeyondItsBudget(t *testing.T) {
+	v := mustCompile(t, costlySchema(22)).Validate(json.RawMessage(`{"a":1}`))
+	if len(v) != 1 || !strings.Contains(v[0].Message, "too costly") {
+		t.Fatalf("4M evaluations for a 7-byte document: violations %v, want one saying it is too costly", v)
+	}
+
+	s := mustCompile(t, costlySchema(6))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				if v := s.Validate(json.RawMessage(`{"a":1}`)); v != nil {
+					t.Errorf("64 evaluations: %v, want valid", v)
+					return
+				}
+				if v := s.Validate(json.RawMessage(`[1]`)); len(v) == 0 {
+					t.Error("an array against type object: valid, want a violation")
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
