@@ -25,10 +25,10 @@ import (
 	"net/url"
 	"regexp"
 	"regexp/syntax"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
 
@@ -51,7 +51,15 @@ type Schema struct {
 	// of its own: one is taken per call, and compiled afresh when none is
 	// spare (only while more calls run at once than ever before).
 	spares chan *compiled
+	made   atomic.Int32 // copies compiled, first included
 }
+
+// maxSpares bounds the copies a schema keeps. Calls that run at once can
+// outnumber the CPUs (one preempted mid-check, GC assists), so the copies
+// follow the peak of them rather than GOMAXPROCS, which left the call
+// beyond it compiling on the hot path; past 64 at once, a call compiling
+// is the lesser cost.
+const maxSpares = 64
 
 // compiled is one compiled copy of a schema and the budget its
 // evaluations draw on.
@@ -243,7 +251,8 @@ func Compile(raw json.RawMessage) (s *Schema, err error) {
 		// whose items are free (1.5 % of the server's CPU in a profile).
 		return Any(), nil
 	}
-	s = &Schema{raw: slices.Clone(raw), spares: make(chan *compiled, runtime.GOMAXPROCS(0))}
+	s = &Schema{raw: slices.Clone(raw), spares: make(chan *compiled, maxSpares)}
+	s.made.Store(1)
 	s.spares <- first
 	return s, nil
 }
@@ -449,6 +458,7 @@ func (s *Schema) take() (*compiled, error) {
 	case c := <-s.spares:
 		return c, nil
 	default:
+		s.made.Add(1)
 		return compile(s.raw) // it compiled once: it compiles again
 	}
 }
@@ -456,7 +466,7 @@ func (s *Schema) take() (*compiled, error) {
 func (s *Schema) put(c *compiled) {
 	select {
 	case s.spares <- c:
-	default: // as many spares as can run at once: let this one go
+	default: // maxSpares kept already: let this one go
 	}
 }
 
