@@ -3,11 +3,13 @@ package schema_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -153,6 +155,11 @@ func TestCompileRejects(t *testing.T) {
 		{"empty", ` `, "empty"},
 		{"unknown $schema is not fetched", `{"$schema": "http://example.com/my-draft"}`, "never fetched"},
 		{"relative ref is not a file", `{"$ref": "other.json"}`, `reference "/other.json" is outside the schema`},
+		// 153 bytes, 34 K instructions; 9 KB of them, 3 M instructions, took 64 MB.
+		{"patterns too large", `{"pattern": "` + strings.Repeat(".{0,1000}", 17) + `"}`, "compile to more than 32768 instructions"},
+		{"pattern only a $dynamicRef reaches",
+			`{"$defs": {"a": {"$dynamicAnchor": "x", "pattern": "^z"}, "b": {"$id": "b", "$defs": {"x": {"$dynamicAnchor": "x"}}, "$dynamicRef": "#x"}}, "$ref": "b"}`,
+			"reached only through $dynamicRef"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -240,5 +247,105 @@ func TestCompilerImplementsPort(t *testing.T) {
 	bad, err := c.Compile(json.RawMessage(`{"type": 1}`))
 	if err == nil || bad != nil {
 		t.Errorf("Compile(bad) = %v, %v; want a nil Schema interface and an error", bad, err)
+	}
+}
+
+// costlySchema is n definitions, each applying the next twice to the same
+// value: 1.4 KB whose every check of a value evaluates 2^n subschemas. A
+// claim query is any worker's to send and is tried on every pending task
+// under its queue's lock, so unbounded, one such query (n = 40) froze the
+// queue for good and kept a CPU busy.
+func costlySchema(n int) string {
+	defs := make([]string, 0, n+1)
+	for i := range n {
+		defs = append(defs, fmt.Sprintf(`"d%d":{"allOf":[{"$ref":"#/$defs/d%d"},{"$ref":"#/$defs/d%d"}]}`, i, i+1, i+1))
+	}
+	defs = append(defs, fmt.Sprintf(`"d%d":{"type":"object"}`, n))
+	return `{"$ref":"#/$defs/d0","$defs":{` + strings.Join(defs, ",") + `}}`
+}
+
+// A document whose check would take far more work than its size calls for
+// is refused, with a violation, instead of being judged at any cost; the
+// same schema still judges documents it can afford, and concurrently.
+func TestValidateRefusesWorkBeyondItsBudget(t *testing.T) {
+	v := mustCompile(t, costlySchema(22)).Validate(json.RawMessage(`{"a":1}`))
+	if len(v) != 1 || !strings.Contains(v[0].Message, "too costly") {
+		t.Fatalf("4M evaluations for a 7-byte document: violations %v, want one saying it is too costly", v)
+	}
+
+	s := mustCompile(t, costlySchema(6))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				if v := s.Validate(json.RawMessage(`{"a":1}`)); v != nil {
+					t.Errorf("64 evaluations: %v, want valid", v)
+					return
+				}
+				if v := s.Validate(json.RawMessage(`[1]`)); len(v) == 0 {
+					t.Error("an array against type object: valid, want a violation")
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// A pattern costs Go's regexp about the text's length times the size of the
+// pattern's program, all inside what the budget counted as one evaluation:
+// ".{0,1000}z" is ten bytes and two thousand instructions, a few seconds
+// over a 1 MiB item, for every pending task a claim query is tried on. Its
+// cost is charged before it runs, whether it checks a string or, through
+// patternProperties, the names of an object's members.
+func TestValidateChargesPatternsByTheirCost(t *testing.T) {
+	// 8001 instructions over 1 KiB: 8 M steps, six times the budget of a
+	// 1 KiB document (and over 1 MiB, a minute).
+	long, pattern := strings.Repeat("a", 1<<10), strings.Repeat(".{0,1000}", 4)+"z"
+	for _, c := range []struct{ name, schema, doc string }{
+		{"pattern", `{"properties":{"s":{"pattern":"` + pattern + `"}}}`, `{"s":"` + long + `"}`},
+		{"patternProperties", `{"patternProperties":{"` + pattern + `":{"type":"string"}}}`, `{"` + long + `":1}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v := mustCompile(t, c.schema).Validate(json.RawMessage(c.doc))
+			if len(v) != 1 || !strings.Contains(v[0].Message, "too costly") {
+				t.Fatalf("8001 instructions over 1 KiB: violations %v, want one saying it is too costly", v)
+			}
+		})
+	}
+
+	// An honest schema's patterns over an honest item of 1 MiB pass, and
+	// a pattern still says what the library said.
+	s := mustCompile(t, `{
+		"type": "object",
+		"required": ["url"],
+		"properties": {
+			"url":    {"type": "string", "pattern": "^https?://[^\\s/$.?#][^\\s]*$"},
+			"sha256": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+			"format": {"enum": ["jpg", "png", "webp"]},
+			"tags":   {"type": "array", "items": {"type": "string", "pattern": "^[a-z0-9-]{1,32}$"}},
+			"note":   {"type": "string", "pattern": "[A-Za-z]"},
+			"meta":   {"type": "object", "patternProperties": {"^x-[a-z0-9-]{1,32}$": {"type": "string"}}, "additionalProperties": false}
+		}
+	}`)
+	tags := strings.TrimSuffix(strings.Repeat(`"tag-12345",`, 40000), ",")
+	meta := strings.TrimSuffix(strings.Repeat(`"x-header-name-one":"v",`, 4000), ",")
+	doc := `{"url":"https://example.com/` + strings.Repeat("p", 256<<10) + `","sha256":"` + strings.Repeat("ab", 32) +
+		`","format":"png","tags":[` + tags + `],"note":"` + strings.Repeat("0", 128<<10) + `z","meta":{` + meta + `}}`
+	if len(doc) < 800<<10 {
+		t.Fatalf("the honest item is %d bytes, want near 1 MiB", len(doc))
+	}
+	if v := s.Validate(json.RawMessage(doc)); v != nil {
+		t.Fatalf("an honest %d-byte item: %v, want valid", len(doc), v)
+	}
+	got := s.Validate(json.RawMessage(`{"url":"ftp://x","meta":{"y":""}}`))
+	want := []domain.Violation{
+		{Path: "/meta", Message: "additionalProperties 'y' not allowed"},
+		{Path: "/url", Message: `does not match pattern '^https?://[^\\s/$.?#][^\\s]*$'`},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("violations (-want +got):\n%s", diff)
 	}
 }
