@@ -103,10 +103,12 @@ export interface Outcome<Item = any> {
    */
   ack: Ack;
   /**
-   * What the handler threw, when it was not a Release or Failure (the task
-   * was given back); a CancelledError when the server cancelled the task
-   * (nothing was handed in); the error from handing in (a TaskhosterError
-   * invalid_result, say), or the stop's reason when the worker stopped hard.
+   * What the handler threw, when it was not a Release or Failure, or why
+   * its result can never be handed in (a TypeError, a TaskhosterError
+   * too_large or invalid_result): the task was given back; a
+   * CancelledError when the server cancelled the task (nothing was handed
+   * in); the error from handing in (a TaskhosterError invalid_failure,
+   * say), or the stop's reason when the worker stopped hard.
    */
   error?: unknown;
   /** How long the handler ran, in milliseconds. */
@@ -321,12 +323,13 @@ class Run<Item> {
       try {
         outcome.ack = await this.#send(m, session);
       } catch (err) {
-        if (m.type === "result" && (err instanceof TypeError || isCode(err, "too_large"))) {
-          // A result JSON cannot carry (a BigInt, a cycle), or one over the
-          // worker socket's limit (the server closed the socket, which
-          // re-queued the task already: the release is not sent): give the
-          // task back with why, as for a handler that threw, rather than
-          // leave it to its lease or send it again.
+        if (m.type === "result" && (err instanceof TypeError || isCode(err, "too_large") || isCode(err, "invalid_result"))) {
+          // A result JSON cannot carry (a BigInt, a cycle), one the queue's
+          // result schema refuses, or one over the worker socket's limit
+          // (the server closed the socket, which re-queued the task
+          // already: the release is not sent): give the task back with
+          // why, as for a handler that threw, rather than leave it to its
+          // lease or send it again.
           const back = handIn(task.id, undefined, { error: err });
           outcome.sent = "release";
           outcome.error = err;

@@ -27,6 +27,8 @@ export const queues = {
   short: { item: {}, settings: { leaseSeconds: 2 }, access },
   // Values of at most 4 KiB: a worker socket message may be 64 KiB more.
   tiny: { item: {}, settings: { maxItemBytes: 4096 }, access },
+  // Results are objects: enough to refuse one.
+  objects: { item: {}, result: { type: "object" }, access },
 };
 
 export function binary() {

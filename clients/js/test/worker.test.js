@@ -69,18 +69,18 @@ test("heartbeats keep the lease of a handler that runs past it", async (t) => {
   assert.deepEqual(server.eventsOf(id), ["posted", "claimed", "result", "fetched"]); // no requeue
 });
 
-// givenBackOnce runs a worker of limit 2 over one task, whose first
-// attempt does first(task) and whose second finishes it, and checks that
-// the first gave the task back and the second finished it; it returns the
-// outcomes and the task's final view.
-async function givenBackOnce(t, first) {
+// givenBackOnce runs a worker of limit 2 over one task of queue, whose
+// first attempt does first(task) and whose second finishes it, and checks
+// that the first gave the task back and the second finished it; it returns
+// the outcomes and the task's final view.
+async function givenBackOnce(t, first, queue = "jobs") {
   const server = await start(t, newDirs(t));
   const { alice, box } = clients(server);
-  const { id } = await alice.post("jobs", { n: 5 });
+  const { id } = await alice.post(queue, { n: 5 });
   const outcomes = [];
   const worker = new Worker({
     client: box,
-    queue: "jobs",
+    queue,
     limit: 2,
     onOutcome: (o) => outcomes.push(o),
     handler: (task) => (task.attempts === 1 ? first(task) : { attempt: task.attempts }),
@@ -90,7 +90,7 @@ async function givenBackOnce(t, first) {
     outcomes.map((o) => [o.sent, o.ack.accepted, o.ack.status]),
     [["release", true, "pending"], ["result", true, undefined]],
   );
-  const view = await alice.status("jobs", id);
+  const view = await alice.status(queue, id);
   assert.equal(view.status, "finished");
   assert.equal(view.attempts, 2);
   assert.deepEqual(view.result, { attempt: 2 });
@@ -109,6 +109,12 @@ test("a handler that throws gives its task back, and the next attempt finishes i
 test("a result JSON cannot carry gives the task back, and the next attempt finishes it", async (t) => {
   const { outcomes } = await givenBackOnce(t, () => ({ big: 10n }));
   assert.ok(outcomes[0].error instanceof TypeError, String(outcomes[0].error));
+});
+
+test("a result the queue's schema refuses (invalid_result) gives the task back, and the next attempt finishes it", async (t) => {
+  const { outcomes, view } = await givenBackOnce(t, () => [1, 2], "objects");
+  assert.ok(outcomes[0].error instanceof TaskhosterError && outcomes[0].error.code === "invalid_result", String(outcomes[0].error));
+  assert.match(view.failure.error, /result/); // the give-back's reason: the refusal's message
 });
 
 test("a Release gives back with a delay, a Failure fails for good", async (t) => {

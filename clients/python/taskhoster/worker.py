@@ -40,10 +40,12 @@ class Outcome:
     # The server's answer; accepted False when the task was already finished
     # or failed, or (a release) no longer leased to this worker.
     ack: Ack | None
-    # The handler's exception (other than Release and Failure), which the
-    # worker gave the task back for; or the error that kept it from handing
-    # in (a TaskhosterError such as invalid_result, or connection trouble
-    # that outlasted hand_in_for, or any for a release, which is sent once).
+    # The handler's exception (other than Release and Failure), or why its
+    # result could never be handed in (not JSON, too_large,
+    # invalid_result), which the worker gave the task back for; or the
+    # error that kept it from handing in (a TaskhosterError such as
+    # invalid_failure, or connection trouble that outlasted hand_in_for,
+    # or any for a release, which is sent once).
     error: BaseException | None
     took: float  # seconds the handler ran
 
@@ -259,10 +261,11 @@ class Worker:
         try:
             ack: Ack | None = self._hand_in(send, again=sent != "release")
         except Exception as e:
-            if isinstance(e, (TypeError, ValueError)) or (sent == "result" and isinstance(e, TaskhosterError) and e.code == "too_large"):
-                # A result that is not JSON, or over the queue's
-                # maxItemBytes (413): it can never be handed in. Give the
-                # task back with why rather than leave it to its lease.
+            if isinstance(e, (TypeError, ValueError)) or (sent == "result" and isinstance(e, TaskhosterError) and e.code in ("too_large", "invalid_result")):
+                # A result that is not JSON, over the queue's maxItemBytes
+                # (413) or refused by its result schema (422): it can never
+                # be handed in. Give the task back with why rather than
+                # leave it to its lease.
                 error, sent = e, "release"
                 try:
                     ack = self._hand_in(self._give_back(task, e), again=False)

@@ -144,6 +144,25 @@ class WorkerTest(ServerTest):
         self.assertIsInstance(o.error, TypeError)
         self.assertEqual(self.anyone.status("public", task_id).status, "pending")
 
+    def test_a_result_the_schema_refuses_gives_the_task_back(self) -> None:
+        # resize's results are objects: a list is answered 422
+        # invalid_result. It can never be handed in, as one that is not
+        # JSON: the task is given back with why, not left held until its
+        # lease lapses.
+        task_id = self.alice.post("resize", {"url": "u"})
+        [o] = self.work("resize", lambda task: [1, 2], limit=1, client=self.box)
+        self.assertEqual(o.task.id, task_id)
+        self.assertIsInstance(o.error, TaskhosterError, o.error)
+        assert isinstance(o.error, TaskhosterError)
+        self.assertEqual((o.error.status, o.error.code), (422, "invalid_result"))
+        self.assertEqual(o.sent, "release")
+        assert o.ack is not None
+        self.assertEqual((o.ack.accepted, o.ack.status), (True, "pending"))
+        view = self.alice.status("resize", task_id)
+        self.assertEqual((view.status, view.attempts), ("pending", 1))
+        self.assertEqual(view.failure and view.failure["error"], "TaskhosterError")
+        self.assertEqual(self.server.events(task_id)[-1]["event"], "released")
+
     def test_a_result_over_the_limit_gives_the_task_back(self) -> None:
         # resize's maxItemBytes is 4096: the server answers 413 too_large,
         # before the body is all sent when it is big. As for a result that
