@@ -195,6 +195,7 @@ func (s *Service) recorder(ctx context.Context, q *domain.Queue, ev *domain.Even
 // the line, the change's Then does not append it again.
 type staged struct {
 	ev      *domain.Event
+	batch   []domain.Event // a batch's posts (StagedEvents), instead of ev
 	archive bool
 	logged  bool
 }
@@ -215,10 +216,40 @@ func (s *Service) staging(ctx context.Context, q *domain.Queue, ev *domain.Event
 // queue's archivePayloads setting.
 func StagedEvent(ctx context.Context) (ev domain.Event, archive bool, logged func(), ok bool) {
 	st, ok := ctx.Value(stagedKey{}).(*staged)
-	if !ok || st.ev.Kind == "" {
+	if !ok || st.ev == nil || st.ev.Kind == "" {
 		return domain.Event{}, false, nil, false
 	}
 	return *st.ev, st.archive, func() { st.logged = true }, true
+}
+
+// StagedEvents is StagedEvent for a batch of posts
+// (ports.TaskRepository.CreateAll): the posted events of its tasks, in
+// their order, and logged, to call once their lines are written in the
+// batch's own transaction.
+func StagedEvents(ctx context.Context) (evs []domain.Event, archive bool, logged func(), ok bool) {
+	st, ok := ctx.Value(stagedKey{}).(*staged)
+	if !ok || st.batch == nil {
+		return nil, false, nil, false
+	}
+	return st.batch, st.archive, func() { st.logged = true }, true
+}
+
+// stagingBatch is staging for a batch of posts: ctx carrying their events
+// evs, and the Then that records the event of the task it is called with.
+func (s *Service) stagingBatch(ctx context.Context, q *domain.Queue, evs []domain.Event) (context.Context, ports.Then) {
+	st := &staged{batch: evs, archive: q.Settings.ArchivePayloads}
+	ctx = context.WithValue(ctx, stagedKey{}, st)
+	byID := make(map[string]int, len(evs))
+	for i, ev := range evs {
+		byID[ev.Task.ID] = i
+	}
+	return ctx, func(t domain.Task) error {
+		ev := evs[byID[t.ID]]
+		if st.logged {
+			return s.announce(q, ev)
+		}
+		return s.record(ctx, q, ev)
+	}
 }
 
 // record makes one stored transition known: the event log first (a line is

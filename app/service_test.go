@@ -580,9 +580,9 @@ func TestABatchCutOffMidwayLeavesNothing(t *testing.T) {
 	}
 }
 
-// TestABatchWhoseLogFailsIsTakenBackDurably: a batch stores its tasks one
-// by one; when a later one's event line fails, the ones stored are deleted
-// (all or nothing) and the deletions flushed before the 503.
+// TestABatchWhoseLogFailsIsTakenBackDurably: a batch is stored whole, then
+// its lines written; when one fails, the batch is deleted (all or nothing)
+// and the deletions flushed, once, before the 503.
 func TestABatchWhoseLogFailsIsTakenBackDurably(t *testing.T) {
 	f := newFixture(t, domain.DefaultSettings())
 	appends := 0
@@ -598,15 +598,15 @@ func TestABatchWhoseLogFailsIsTakenBackDurably(t *testing.T) {
 	if n := f.repo.Counts(f.q.Ref()); n != (ports.Counts{}) {
 		t.Errorf("unacknowledged batch left tasks: %+v", n)
 	}
-	if n := f.sync.count(); n != 2 { // the third post's take-back, then the batch's
-		t.Errorf("%d flushes after the take-back of a batch, want 2", n)
+	if n := f.sync.count(); n != 1 { // the take-back's
+		t.Errorf("%d flushes after the take-back of a batch, want 1", n)
 	}
 }
 
-// TestABatchTakenBackEndsItsTasksInTheLog: the items of a batch stored
-// before one failed have their posted lines written; taken back, each gets
-// a cleaned line, so no task of the log vanishes unsaid (a worker may have
-// claimed it meanwhile). The item whose line failed has no line at all.
+// TestABatchTakenBackEndsItsTasksInTheLog: the items of a batch whose
+// lines came before the one that failed have them written; taken back,
+// each gets a cleaned line, so no task of the log vanishes unsaid (a
+// worker may have claimed it meanwhile). The item whose line failed has no line at all.
 func TestABatchTakenBackEndsItsTasksInTheLog(t *testing.T) {
 	f := newFixture(t, domain.DefaultSettings())
 	appends := 0

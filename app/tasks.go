@@ -81,9 +81,9 @@ func sameItem(stored, posted json.RawMessage) bool {
 }
 
 // PostBatch posts every item of items, or none: each is checked against the
-// queue's schema first (422 naming the index of each bad item). The tasks
-// are made durable by one flush and returned in order. A batch takes no
-// idempotency key.
+// queue's schema first (422 naming the index of each bad item), and the
+// store takes all or none (CreateAll). The tasks are made durable by one
+// flush and returned in order. A batch takes no idempotency key.
 func (s *Service) PostBatch(ctx context.Context, q *domain.Queue, user string, items [][]byte, opts PostOptions) ([]domain.Task, error) {
 	if len(items) < 1 || len(items) > MaxBatch {
 		return nil, invalidRequest("a batch has 1 to %d items", MaxBatch)
@@ -116,29 +116,69 @@ func (s *Service) PostBatch(ctx context.Context, q *domain.Queue, user string, i
 	if len(bad) > 0 {
 		return nil, &domain.Error{Kind: domain.KindSchema, Code: domain.CodeInvalidItem, Message: "items do not match the queue's schema; none was posted", Details: bad}
 	}
-	// The items of a batch share a postedAt, and claims take tasks of one
-	// time by id: ids drawn at random and handed out in ascending order
-	// keep the batch's order for its claims.
+	// All or nothing in the store too (CreateAll): a batch the store
+	// refuses leaves no task of it, none claimed meanwhile, and a batch it
+	// takes becomes claimable whole.
+	for {
+		tasks, evs, err := s.batchOf(q, user, docs, posting, now)
+		if err != nil {
+			return nil, err
+		}
+		stored, logged := false, make(map[string]bool, len(tasks))
+		sctx, record := s.stagingBatch(ctx, q, evs)
+		err = s.repo.CreateAll(sctx, tasks, func(t domain.Task) error {
+			stored = true // Thens are called once all are stored
+			if err := record(t); err != nil {
+				return err
+			}
+			logged[t.ID] = true
+			return nil
+		})
+		switch {
+		case err == nil:
+			if err := s.syncer.Sync(ctx); err != nil {
+				return nil, fmt.Errorf("post a batch to %s/%s: %w", q.Host, q.Name, err)
+			}
+			return tasks, nil
+		case stored:
+			// Stored, but a line failed: unlogged, the batch is not
+			// acknowledged; take it back so the client's retry leaves no
+			// twins (the tasks logged, with a cleaned line each).
+			var said, unsaid []domain.Task
+			for _, t := range tasks {
+				if logged[t.ID] {
+					said = append(said, t)
+				} else {
+					unsaid = append(unsaid, t)
+				}
+			}
+			s.takeBack(ctx, q, said, unsaid)
+			return nil, err
+		case !errors.Is(err, domain.ErrExists):
+			return nil, fmt.Errorf("post a batch to %s/%s: %w", q.Host, q.Name, err)
+		}
+		// An id taken (2^64 ids make it all but impossible): draw them all again.
+	}
+}
+
+// batchOf makes the tasks of a batch post of docs and their posted events.
+// The items of a batch share a postedAt, and claims take tasks of one time
+// by id: ids drawn at random and handed out in ascending order keep the
+// batch's order for its claims.
+func (s *Service) batchOf(q *domain.Queue, user string, docs []json.RawMessage, posting domain.PostOptions, now time.Time) ([]domain.Task, []domain.Event, error) {
 	ids := make([]string, len(docs))
 	for i := range ids {
+		var err error
 		if ids[i], err = newID(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	slices.Sort(ids)
-	tasks := make([]domain.Task, 0, len(docs))
+	tasks, evs := make([]domain.Task, len(docs)), make([]domain.Event, len(docs))
 	for i, doc := range docs {
-		t, err := s.create(ctx, q, user, doc, posting, ids[i], now)
-		if err != nil {
-			s.takeBack(ctx, q, true, tasks...) // all or nothing
-			return nil, err
-		}
-		tasks = append(tasks, t)
+		tasks[i], evs[i] = domain.Post(ids[i], q.Host, q.Name, doc, user, now, posting)
 	}
-	if err := s.syncer.Sync(ctx); err != nil {
-		return nil, fmt.Errorf("post a batch to %s/%s: %w", q.Host, q.Name, err)
-	}
-	return tasks, nil
+	return tasks, evs, nil
 }
 
 // MaxBatch is the most items one batch post takes (SPEC §12).
@@ -169,7 +209,7 @@ func (s *Service) create(ctx context.Context, q *domain.Queue, user string, item
 		case stored:
 			// Unlogged, the post is not acknowledged; take the task back so
 			// the client's retry does not leave a twin behind.
-			s.takeBack(ctx, q, false, t)
+			s.takeBack(ctx, q, nil, []domain.Task{t})
 			return domain.Task{}, err
 		case errors.Is(err, domain.ErrKeyTaken):
 			return domain.Task{}, err
@@ -188,27 +228,27 @@ func (s *Service) create(ctx context.Context, q *domain.Queue, user string, item
 // end even if the client has gone (its retry may come), and does its best:
 // a failing store fails the answer anyway.
 //
-// A task whose posted line is written (logged: the items of a batch before
-// the one that failed) is deleted with a cleaned line, as retention would,
-// so the log never tells of a task that vanished unsaid; a worker may even
-// have claimed it meanwhile, and its report then finds no task.
-func (s *Service) takeBack(ctx context.Context, q *domain.Queue, logged bool, tasks ...domain.Task) {
-	if len(tasks) == 0 {
+// A task whose posted line is written (logged: the items of a batch whose
+// later item's line failed) is deleted with a cleaned line, as retention
+// would, so the log never tells of a task that vanished unsaid; a worker
+// may even have claimed it meanwhile, and its report then finds no task.
+// The others (unlogged) are deleted without a line.
+func (s *Service) takeBack(ctx context.Context, q *domain.Queue, logged, unlogged []domain.Task) {
+	if len(logged)+len(unlogged) == 0 {
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
 	now := s.clock.Now()
-	for _, t := range tasks {
-		if !logged {
-			_ = s.repo.Delete(ctx, domain.KeyOf(t), nil, nil)
-			continue
-		}
+	for _, t := range logged {
 		var ev domain.Event
 		sctx, then := s.staging(ctx, q, &ev)
 		_ = s.repo.Delete(sctx, domain.KeyOf(t), func(stored domain.Task) error {
 			ev = stored.Clean(now)
 			return nil
 		}, then)
+	}
+	for _, t := range unlogged {
+		_ = s.repo.Delete(ctx, domain.KeyOf(t), nil, nil)
 	}
 	_ = s.syncer.Sync(ctx)
 }

@@ -47,8 +47,8 @@ type Matcher interface {
 // store with no index in memory (a database) can meet it as well as the file
 // store does; tests/contract holds every store to it.
 //
-// Atomicity. Each change (Create, Update, ClaimNext, Delete) is one atomic
-// step with respect to every other change of the same task: fn sees the
+// Atomicity. Each change (Create, CreateAll, Update, ClaimNext, Delete) is
+// one atomic step with respect to every other change of the same task: fn sees the
 // current record and what it leaves is stored whole or not at all. A reader
 // never sees half a record. Whoever wins a race (two claims of one task, a
 // result against a timeout) is decided here, by fn running on the record
@@ -85,6 +85,14 @@ type TaskRepository interface {
 	// IdempotencyKey that another task of the queue holds: of two posts
 	// racing with one key, exactly one is stored.
 	Create(ctx context.Context, t domain.Task, then Then) error
+	// CreateAll stores the new tasks ts, all of one queue, as Create does,
+	// but all or none (a batch post, SPEC §12): if one cannot be stored
+	// (its id or key taken, as Create fails; the store failing), none is,
+	// and no reader sees one before all are stored. then is called with
+	// each, in order, once all are stored; if one Then fails, the tasks
+	// stay stored, the later Thens still run, and the first error is
+	// returned.
+	CreateAll(ctx context.Context, ts []domain.Task, then Then) error
 	// ByKey returns the task of q that holds idempotency key k, for as long
 	// as that task is kept (domain.ErrNotFound once it is deleted).
 	ByKey(ctx context.Context, q domain.QueueRef, k string) (domain.Task, error)

@@ -166,6 +166,96 @@ func (s *Store) Create(ctx context.Context, t domain.Task, then ports.Then) erro
 	return then.Call(stored)
 }
 
+// CreateAll stores ts, all of one queue, all or none. Every id and key is
+// checked and taken under the queue's lock, as Create does, so a taken one
+// refuses the batch before anything is written; the tasks are then written
+// outside the lock and indexed together, so no Get, Each or claim sees one
+// before all are written, and their Thens run in order under the lock, as
+// Create's does. What is left to fail is the Persister: the files written
+// before a failed write are removed again. That undo is a loop, not a
+// transaction: it can fail only with the disc (an unlink, where a write
+// failed), and a file store whose disc fails in both is failing as a
+// whole, its journal and the event log with it (fail-stop: 503 until a
+// restart, whose scan decides what the disc holds).
+func (s *Store) CreateAll(ctx context.Context, ts []domain.Task, then ports.Then) error {
+	if len(ts) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("create %d tasks: %w", len(ts), err)
+	}
+	ref := domain.KeyOf(ts[0]).Ref()
+	stored := make([]domain.Task, len(ts))
+	data := make([][]byte, len(ts))
+	entries := make([]*entry, len(ts))
+	for i, t := range ts {
+		if domain.KeyOf(t).Ref() != ref {
+			return domain.E(domain.KindInvalid, domain.CodeInvalidTask, "a batch's tasks are of one queue")
+		}
+		var err error
+		if stored[i], data[i], err = checkNew(t); err != nil {
+			return err
+		}
+		if entries[i], err = newEntry(stored[i]); err != nil {
+			return domain.E(domain.KindInvalid, domain.CodeInvalidTask, "%v", err)
+		}
+	}
+	q := s.lookup(ref, true)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ids := make(map[uint64]bool, len(entries))
+	keys := make(map[string]bool)
+	for i, e := range entries {
+		if _, taken := q.byID[e.id]; taken || q.busy[e.id] != nil || ids[e.id] {
+			return fmt.Errorf("create task %s: %w", ts[i].ID, domain.ErrExists)
+		}
+		ids[e.id] = true
+		if k := e.key(); k != "" {
+			if _, taken := q.keys[k]; taken || keys[k] {
+				return fmt.Errorf("create task %s: %w", ts[i].ID, domain.ErrKeyTaken)
+			}
+			keys[k] = true
+		}
+	}
+	for _, e := range entries {
+		if k := e.key(); k != "" {
+			q.keys[k] = e.id
+		}
+		done := q.reserve(e.id)
+		defer q.release(e.id, done)
+	}
+	if err := q.unlocked(func() error { return s.putAll(stored, data) }); err != nil {
+		for _, e := range entries {
+			q.freeKey(e.key(), e.id)
+		}
+		return err
+	}
+	for _, e := range entries {
+		q.put(nil, e)
+	}
+	var first error
+	for _, t := range stored {
+		if err := then.Call(t); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// putAll writes the new tasks ts (stored as data), or, if one fails,
+// removes those written before it (see CreateAll).
+func (s *Store) putAll(ts []domain.Task, data [][]byte) error {
+	for i, t := range ts {
+		if err := s.persist.Put(nil, t, data[i]); err != nil {
+			for _, w := range ts[:i] {
+				_ = s.persist.Remove(w)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
 // Get returns a copy of the task's current record, from the index.
 func (s *Store) Get(ctx context.Context, k domain.Key) (domain.Task, error) {
 	q := s.lookup(k.Ref(), false)

@@ -60,6 +60,14 @@ type Staged func(ctx context.Context) (ev domain.Event, archive bool, logged fun
 // staged, in the change's own transaction. Call it before serving.
 func (s *Store) WriteLines(staged Staged) { s.staged = staged }
 
+// StagedBatch is Staged for a batch of posts (CreateAll,
+// app.StagedEvents): the posted events of its tasks, in their order.
+type StagedBatch func(ctx context.Context) (evs []domain.Event, archive bool, logged func(), ok bool)
+
+// WriteBatchLines makes CreateAll write the posted lines of a batch, found
+// by staged, in the batch's transaction. Call it before serving.
+func (s *Store) WriteBatchLines(staged StagedBatch) { s.stagedBatch = staged }
+
 // stageLine queues in b the line of the change being stored under ctx, if
 // one is staged, and returns the function to call once b committed (nil
 // when none is staged).

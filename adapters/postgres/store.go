@@ -99,7 +99,8 @@ type Store struct {
 
 	pauses pauseCache
 
-	staged Staged // nil: no event lines in the change's transaction (log.go)
+	staged      Staged      // nil: no event lines in the change's transaction (log.go)
+	stagedBatch StagedBatch // nil: none in a batch's (CreateAll)
 
 	retries atomic.Int64 // transactions run again (txn.go)
 

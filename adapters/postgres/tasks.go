@@ -98,7 +98,7 @@ func (s *Store) createAlone(ctx context.Context, stored domain.Task, data []byte
 	_, err := s.pool.Exec(ctx, insertTask, insertArgs(stored, data)...)
 	if err != nil {
 		q.unsure(ticket, stored.ID)
-		return createFailed(stored.ID, err)
+		return createFailed("task "+stored.ID, err)
 	}
 	return q.stored(ticket, stored, data, func() error { return then.Call(stored) })
 }
@@ -114,7 +114,7 @@ func (s *Store) createLogged(ctx context.Context, stored domain.Task, data []byt
 			append(insertArgs(stored, data), lineArgs(ev)...)...)
 		if err != nil {
 			q.unsure(ticket, stored.ID)
-			return createFailed(stored.ID, err)
+			return createFailed("task "+stored.ID, err)
 		}
 		logged()
 		return q.stored(ticket, stored, data, func() error { return then.Call(stored) })
@@ -131,7 +131,7 @@ func (s *Store) createLogged(ctx context.Context, stored domain.Task, data []byt
 	ticket := q.seq.take(stored.ID)
 	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
 		q.unsure(ticket, stored.ID)
-		return createFailed(stored.ID, err)
+		return createFailed("task "+stored.ID, err)
 	}
 	if logged != nil {
 		logged()
@@ -139,16 +139,115 @@ func (s *Store) createLogged(ctx context.Context, stored domain.Task, data []byt
 	return q.stored(ticket, stored, data, func() error { return then.Call(stored) })
 }
 
-// createFailed is the error of a refused INSERT of task id.
-func createFailed(id string, err error) error {
+// createFailed is the error of a refused INSERT of what ("task ID").
+func createFailed(what string, err error) error {
 	switch c, ok := uniqueViolation(err); {
 	case ok && c == "tasks_pkey":
-		return fmt.Errorf("create task %s: %w", id, domain.ErrExists)
+		return fmt.Errorf("create %s: %w", what, domain.ErrExists)
 	case ok && c == "tasks_idempotency_key":
-		return fmt.Errorf("create task %s: %w", id, domain.ErrKeyTaken)
+		return fmt.Errorf("create %s: %w", what, domain.ErrKeyTaken)
 	}
-	return fail("create task "+id, err)
+	return fail("create "+what, err)
 }
+
+// CreateAll stores new tasks of one queue all or none (a batch post) in
+// one transaction: one INSERT of every row (arrays, rows.go) and, when the
+// store writes lines, one of their posted lines, after their archived
+// bodies, sent in one round trip as one implicit transaction, as
+// createLogged's. A taken id or key, or any refusal of one row, fails the
+// statement and so the lot: nothing is stored, and every task becomes
+// claimable at the one COMMIT. It does not join the group's batches
+// (group.go): those store the posts they can and run the refused ones
+// alone, where a batch post is to be refused whole; with up to 1 000 rows
+// it is a batch of its own. Its tickets are taken in order before the
+// statement, and its Thens run in them after the COMMIT.
+func (s *Store) CreateAll(ctx context.Context, ts []domain.Task, then ports.Then) error {
+	if len(ts) == 0 {
+		return nil
+	}
+	ref := domain.KeyOf(ts[0]).Ref()
+	stored, data := make([]domain.Task, len(ts)), make([][]byte, len(ts))
+	var rows tasksColumns
+	var items texts
+	var unsure bools
+	for i, t := range ts {
+		if domain.KeyOf(t).Ref() != ref {
+			return domain.E(domain.KindInvalid, domain.CodeInvalidTask, "a batch's tasks are of one queue")
+		}
+		var err error
+		if stored[i], data[i], err = checkNew(t); err != nil {
+			return err
+		}
+		rows.add(stored[i], data[i])
+		item, u := itemArg(stored[i])
+		items.addOrNull(item)
+		unsure.add(u)
+	}
+	b := &pgx.Batch{}
+	logged, lines, err := s.stageLines(ctx, b, stored)
+	if err != nil {
+		return err
+	}
+	b.Queue(insertTasksSQL, append(rows.args(), &items, &unsure)...)
+	if logged != nil {
+		b.Queue(insertLineSQL+` SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[])`, lines.args()...)
+	}
+	q := s.queue(ref)
+	tickets := make([]uint64, len(stored))
+	for i, t := range stored {
+		tickets[i] = q.seq.take(t.ID)
+	}
+	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+		for i, t := range stored {
+			q.unsure(tickets[i], t.ID)
+		}
+		return createFailed(fmt.Sprintf("%d tasks", len(ts)), err)
+	}
+	if logged != nil {
+		logged()
+	}
+	var first error
+	for i, t := range stored {
+		if err := q.stored(tickets[i], t, data[i], func() error { return then.Call(t) }); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// stageLines queues in b the archived bodies of the posted lines staged
+// for the batch of tasks ts (StagedBatch), and returns the lines, and the
+// function to call once b committed (nil when none is staged).
+func (s *Store) stageLines(ctx context.Context, b *pgx.Batch, ts []domain.Task) (logged func(), lines *lineColumns, err error) {
+	if s.stagedBatch == nil {
+		return nil, nil, nil
+	}
+	evs, archive, logged, ok := s.stagedBatch(ctx)
+	if !ok {
+		return nil, nil, nil
+	}
+	if len(evs) != len(ts) {
+		return nil, nil, domain.E(domain.KindInternal, domain.CodeInternal, "%d lines staged for %d tasks", len(evs), len(ts))
+	}
+	lines = &lineColumns{}
+	for _, ev := range evs {
+		var archived []string
+		if archive {
+			if archived, err = queueBodies(b, ev); err != nil {
+				return nil, nil, err
+			}
+		}
+		lines.add(ev, archived)
+	}
+	return logged, lines, nil
+}
+
+// insertTasksSQL inserts the rows of tasksColumns ($1 to $11) with their
+// items ($12, $13: itemArg's), refusing the lot if an id or key is taken.
+var insertTasksSQL = `INSERT INTO tasks (` + columns + `, item)
+	SELECT v.host, v.queue, v.id, v.status, v.stage, v.priority, v.eligible_at, v.not_before, v.posted_at, v.idempotency_key, v.record, ` + itemSQL("v.item", "v.unsure", "v.record") + `
+	FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int2[], $6::int8[], $7::int8[], $8::int8[], $9::int8[], $10::text[], $11::bytea[],
+		$12::text[], $13::bool[]) AS v(host, queue, id, status, stage, priority, eligible_at, not_before, posted_at, idempotency_key, record, item, unsure)`
 
 // Get returns the current record of a task, once the Then of its latest
 // change made by this Store has returned, and once the read hook (see

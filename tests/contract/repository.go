@@ -43,6 +43,7 @@ func TestRepository(t *testing.T, open func(t *testing.T) ports.TaskRepository) 
 		{"CreateGetRoundTrip", testCreateGet},
 		{"CreateDuplicateFails", testCreateDuplicate},
 		{"CreateRefusesBadNames", testCreateBadNames},
+		{"CreateAllIsAllOrNothing", testCreateAll},
 		{"GetMissing", testGetMissing},
 		{"UpdateMovesBetweenStates", testUpdateMoves},
 		{"UpdateFnErrorChangesNothing", testUpdateFnError},
