@@ -24,6 +24,7 @@ const state = {
   retryIn: 1000,
   view: null,        // the current page's hooks: {figures(), tick(), changed(name)}
   range: HOUR,       // seconds the queue page's chart shows
+  trailPages: 64,    // log API pages (4 MiB each) one read of a task's trail asks at most; tests make it small
 };
 
 // ---- small helpers --------------------------------------------------------
@@ -650,7 +651,11 @@ function taskPage(main, name, id) {
   const record = h("section", { class: "card", id: "record" }, h("p", { class: "muted" }, "Loading…"));
   const trailBox = h("section", { class: "card" }, h("h2", {}, "Event trail"), h("div", { id: "trail" }, h("p", { class: "muted" }, "Loading…")));
   main.replaceChildren(crumbs, record, trailBox);
-  let busy = false, again = false, lastTrail = "";
+  let busy = false, again = false;
+  // What this page has read of the event log: a refresh reads on from
+  // there. Another task's page (or this one opened again) starts over.
+  const log = trailLog(name, id);
+  const view = { figures() {}, changed: (n) => { if (n === name) load(); }, tick() {} };
 
   const load = async () => {
     if (busy) { again = true; return; }
@@ -660,9 +665,10 @@ function taskPage(main, name, id) {
       state.skew = now - Date.now();
       renderRecord(record, name, t, load);
       if (q.logs) {
-        const lines = await trail(name, id, t.postedAt);
-        const key = JSON.stringify(lines);
-        if (key !== lastTrail) { lastTrail = key; renderTrail(trailBox.querySelector("#trail"), name, id, lines); }
+        if (await log.read(t.postedAt)) renderTrail(trailBox.querySelector("#trail"), name, id, log.lines(), log.reading());
+        // A read that stopped at its bound goes on by itself: a finished
+        // task's queue may never change again to ask for it.
+        if (log.reading()) again = true;
       } else {
         trailBox.querySelector("#trail").replaceChildren(h("p", { class: "muted" }, "The event trail needs logs access on this queue."));
       }
@@ -670,11 +676,12 @@ function taskPage(main, name, id) {
       record.replaceChildren(h("p", { class: "error", id: "error" }, e.status === 404 ? "No such task (it may have been cleaned)." : e.message));
     } finally {
       busy = false;
-      if (again) { again = false; load(); }
+      // Once the page is left, nothing more is read for it.
+      if (again && state.view === view) { again = false; load(); }
     }
   };
+  state.view = view;
   load();
-  state.view = { figures() {}, changed: (n) => { if (n === name) load(); }, tick() {} };
 }
 
 function renderRecord(box, name, t, reload) {
@@ -710,38 +717,99 @@ function renderRecord(box, name, t, reload) {
       h("div", {}, h("h3", {}, t.status === "failed" ? "Failure" : "Result"), json(t.status === "failed" ? t.failure : t.result))));
 }
 
-// trail reads the task's lines from the event log API: the day files from
-// the day it was posted on, each from its start, page by page.
-async function trail(queue, id, postedAt) {
-  const days = await api("GET", "/_logs/tasks");
-  const from = new Date(postedAt).toISOString().slice(0, 10);
-  const out = [];
-  for (const d of days) {
-    if (d.day < from) continue;
-    let offset = 0;
-    for (let page = 0; page < 64; page++) {
-      const r = await fetch(`/_logs/tasks/${d.day}?offset=${offset}`, { headers: headers(), cache: "no-store" });
-      if (!r.ok) throw new APIError(r.status, await r.json().catch(() => null));
+// trailLog keeps what a task's page has read of the event log: for each day
+// file from the task's posted day on, the offset reached and the task's
+// lines found before it. The page reads the trail again on every change of
+// the queue (up to four times a second on a busy one); reading on from
+// where the last read ended costs the server only the lines written since,
+// rather than the whole day file each time.
+function trailLog(queue, id) {
+  const days = new Map(); // day -> { offset, lines }
+  let more = false;       // the last read stopped at its bound, short of the end
+  let unshown = true;     // the trail changed since read last said so (at first: never shown)
+
+  // see notes a change of what the trail shows.
+  const see = () => { unshown = true; };
+
+  // readDay reads day d on from where it was left, at most pages pages; it
+  // says how many it used, and whether it stopped at that bound short of
+  // the end (cut).
+  const readDay = async (d, seen, pages) => {
+    let used = 0;
+    // The listed size is where the file ended when listed: past it there
+    // is nothing to read yet, so an unchanged file costs no request.
+    while (seen.offset < d.size && used < pages) {
+      used++;
+      const r = await fetch(`/_logs/tasks/${d.day}?offset=${seen.offset}`, { headers: headers(), cache: "no-store" });
+      if (!r.ok) {
+        const e = new APIError(r.status, await r.json().catch(() => null));
+        // An offset that no longer starts a line is one into another file
+        // by that name: the next read reads it from its start.
+        if (e.code === "invalid_offset") { seen.offset = 0; seen.lines = []; see(); }
+        throw e;
+      }
       const text = await r.text();
       for (const line of text.split("\n")) {
         if (!line.includes(id)) continue;
         const ev = JSON.parse(line);
-        if (ev.id === id && ev.queue === queue) out.push(ev);
+        if (ev.id === id && ev.queue === queue) { seen.lines.push(ev); see(); }
       }
       // An empty page is not the end: the day file holds every host's
       // lines, and a page may hold none this user may read. The end is
-      // where the offset stops moving.
+      // where the offset stops moving (short of the size: a line still
+      // being written, read next time).
       const next = Number(r.headers.get("X-Next-Offset"));
-      if (!(next > offset)) break;
-      offset = next;
+      if (!(next > seen.offset)) return { used, cut: false };
+      seen.offset = next;
     }
-  }
-  return out;
+    return { used, cut: seen.offset < d.size };
+  };
+
+  return {
+    // lines are the task's lines found so far, in the log's order.
+    lines: () => [...days.keys()].sort().flatMap((day) => days.get(day).lines),
+    // reading says the trail is not all read yet: the next read goes on.
+    reading: () => more,
+
+    // read reads what the log gained since the last read, at most
+    // state.trailPages pages, and says whether the trail changed.
+    async read(postedAt) {
+      const from = new Date(postedAt).toISOString().slice(0, 10);
+      const listed = (await api("GET", "/_logs/tasks")).filter((d) => d.day >= from);
+      // A day pruned since leaves the trail, as it left the kept log.
+      for (const day of days.keys()) {
+        if (!listed.some((d) => d.day === day)) { days.delete(day); see(); }
+      }
+      let pages = state.trailPages, cut = false;
+      for (const d of listed) {
+        let seen = days.get(d.day);
+        // Day files only grow; one shorter than what was read of it is
+        // another file by that name, read again from its start.
+        if (seen && d.size < seen.offset) { days.delete(d.day); see(); seen = null; }
+        if (!seen) { seen = { offset: 0, lines: [] }; days.set(d.day, seen); }
+        // The bound spent, what is left of the days waits for the next read.
+        if (pages === 0) { cut ||= seen.offset < d.size; continue; }
+        const got = await readDay(d, seen, pages);
+        pages -= got.used;
+        cut ||= got.cut;
+      }
+      if (cut !== more) { more = cut; see(); }
+      const changed = unshown;
+      unshown = false;
+      return changed;
+    },
+  };
 }
 
-function renderTrail(box, name, id, lines) {
-  if (lines.length === 0) { box.replaceChildren(h("p", { class: "muted" }, "No line of this task in the kept log.")); return; }
-  box.replaceChildren(h("table", { id: "trail-table" },
+// renderTrail shows the lines found; while the log is still being read
+// (reading), it says the trail may not be all there yet.
+function renderTrail(box, name, id, lines, reading) {
+  const note = reading ? h("p", { class: "note", id: "trail-reading" }, "Still reading the event log: later lines of this task may not show yet.") : null;
+  if (lines.length === 0) {
+    box.replaceChildren(...(note ? [note] : [h("p", { class: "muted" }, "No line of this task in the kept log.")]));
+    return;
+  }
+  box.replaceChildren(...(note ? [note] : []), h("table", { id: "trail-table" },
     h("thead", {}, h("tr", {}, h("th", {}, "At"), h("th", {}, "Event"), h("th", {}, "Status"), h("th", {}, "Attempts"), h("th", {}, "Worker"), h("th", {}, "Payloads"))),
     h("tbody", {}, lines.map((ev) => h("tr", { class: "event", dataset: { event: ev.event } },
       h("td", {}, ev.at.replace("T", " ").replace("Z", "")),
