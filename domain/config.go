@@ -51,9 +51,11 @@ type Host struct {
 	Users  map[string]User
 }
 
-// Authenticate returns the name of the user whose token this is. Every
-// user's token is compared in constant time, so the time taken does not say
-// how close a guess came, nor which user it matched.
+// Authenticate returns the name of the user whose token this is ("" and
+// false for none). Every user's token is compared in constant time, so the
+// time taken does not say how close a guess came, nor which user it
+// matched. A token two users share names neither: callers act on the name
+// alone, and it must never be the wrong one.
 func (h *Host) Authenticate(token string) (string, bool) {
 	if token == "" {
 		return "", false
@@ -67,7 +69,10 @@ func (h *Host) Authenticate(token string) (string, bool) {
 			name, found = u.Name, found+1
 		}
 	}
-	return name, found == 1
+	if found != 1 {
+		return "", false
+	}
+	return name, true
 }
 
 // QueueRef names one queue of one host.
