@@ -71,6 +71,12 @@ const DefaultBatch = 1000
 // maxLine bounds one event line; real ones are a few hundred bytes.
 const maxLine = 1 << 20
 
+// MaxBatchBytes bounds the lines of one batch, in bytes, beside
+// Options.Batch: a batch is held in memory until it commits, and a server
+// (broken, or not ours) that sent a thousand lines near maxLine would have
+// it hold a GiB. Real lines make batches of a few hundred KiB.
+const MaxBatchBytes = 4 << 20
+
 // Puller mirrors one server host into a store.
 type Puller struct {
 	src      Source
@@ -235,6 +241,7 @@ func (p *Puller) readAnswer(ctx context.Context, day string, cur tasklog.Cursor,
 	off := cur.Offset // the key offset of the next line (see tasklog.Key)
 	read := 0         // lines of this answer read
 	var batch []tasklog.Line
+	held := 0 // bytes of the lines in batch
 	commit := func(to tasklog.Cursor) error {
 		added, err := p.lines.Commit(ctx, p.opts.Source, day, to, batch)
 		if err != nil {
@@ -242,7 +249,7 @@ func (p *Puller) readAnswer(ctx context.Context, day string, cur tasklog.Cursor,
 		}
 		run.sum.Lines += added
 		run.taken += len(batch)
-		batch = batch[:0]
+		batch, held = batch[:0], 0
 		return nil
 	}
 	for {
@@ -268,7 +275,15 @@ func (p *Puller) readAnswer(ctx context.Context, day string, cur tasklog.Cursor,
 			continue
 		}
 		line.Key = tasklog.Key{Source: p.opts.Source, Day: day, Offset: key}
+		if held+len(raw) > MaxBatchBytes && len(batch) > 0 {
+			// Full by its bytes: commit the lines before this one, which
+			// starts the next batch (Skip: read - 1).
+			if err := commit(tasklog.Cursor{Offset: cur.Offset, Skip: read - 1}); err != nil {
+				return cur, err
+			}
+		}
 		batch = append(batch, line)
+		held += len(raw)
 
 		limited := p.opts.Limit > 0 && run.taken+len(batch) >= p.opts.Limit
 		if len(batch) == p.opts.Batch || limited {

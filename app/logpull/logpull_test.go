@@ -549,3 +549,54 @@ func TestPullGoesOnPastADayFileCutBelowItsCursor(t *testing.T) {
 		t.Errorf("warnings %q, want one about 2026-07-26", warnings)
 	}
 }
+
+// batchSizes is a store that notes the bytes of lines each commit is
+// handed.
+type batchSizes struct {
+	*sqlitelogs.Store
+	bytes []int
+}
+
+func (s *batchSizes) Commit(ctx context.Context, source, day string, next tasklog.Cursor, lines []tasklog.Line) (int, error) {
+	n := 0
+	for _, l := range lines {
+		n += len(l.Raw)
+	}
+	s.bytes = append(s.bytes, n)
+	return s.Store.Commit(ctx, source, day, next, lines)
+}
+
+// A batch is bounded by its bytes as well as its lines: a server (broken,
+// or not ours) that sends lines near the line limit cannot make one batch
+// hold a thousand of them, a GiB, in memory. Every line is still stored
+// once.
+func TestABatchIsBoundedByItsBytes(t *testing.T) {
+	src := newFakeServer()
+	big := strings.Repeat("w", 256<<10)
+	var want []string
+	for n := range 40 { // 10 MiB in one answer
+		line := src.appendLine("2026-07-25", host, "resize", id(n), domain.EventClaimed)
+		line = strings.Replace(line, `{`, fmt.Sprintf(`{"padding":%q,`, big), 1) // a field of a newer server
+		want = append(want, line)
+	}
+	src.days["2026-07-25"] = []byte(strings.Join(want, "\n") + "\n")
+	// A pull cut at its second commit resumes after the first: the
+	// cursor a batch cut by its bytes leaves names the lines it holds.
+	cut := &failingStore{Store: mustStore(t), failOn: 2}
+	if _, err := logpull.New(src, cut, cut, logpull.Options{Source: host}).Pull(context.Background()); err == nil {
+		t.Fatal("the pull went on past a failed commit")
+	}
+	s := &batchSizes{Store: cut.Store}
+	p := logpull.New(src, s, s, logpull.Options{Source: host})
+	if _, err := p.Pull(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range s.bytes {
+		if n > logpull.MaxBatchBytes {
+			t.Errorf("commit %d was handed %d bytes of lines, over the %d a batch may hold", i, n, logpull.MaxBatchBytes)
+		}
+	}
+	if got := stored(t, s.Store); !slices.Equal(got, want) {
+		t.Errorf("stored %d lines, want the %d sent, once each, in order", len(got), len(want))
+	}
+}
