@@ -52,6 +52,20 @@ func TestPostOptionsAreChecked(t *testing.T) {
 // A delayed task is not handed out before its time; once the fake clock
 // reaches it, the queue's timer makes it claimable and wakes a waiting
 // claim, without anyone polling.
+// waitingClaim starts a claim by worker "w" that waits up to a minute, and
+// returns where the task it takes arrives.
+func (f *fixture) waitingClaim(t *testing.T) <-chan domain.Task {
+	got := make(chan domain.Task, 1)
+	go func() {
+		claimed, err := f.svc.Claim(context.Background(), f.q, "w", nil, time.Minute)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- claimed
+	}()
+	return got
+}
+
 func TestDelayedTaskWakesAWaitingClaim(t *testing.T) {
 	f := newFixture(t, domain.DefaultSettings())
 	ctx := context.Background()
@@ -62,14 +76,7 @@ func TestDelayedTaskWakesAWaitingClaim(t *testing.T) {
 	if _, err := f.svc.Claim(ctx, f.q, "w", nil, 0); !errors.Is(err, domain.ErrNotFound) {
 		t.Fatalf("claim before its time = %v, want none", err)
 	}
-	got := make(chan domain.Task, 1)
-	go func() {
-		claimed, err := f.svc.Claim(ctx, f.q, "w", nil, time.Minute)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- claimed
-	}()
+	got := f.waitingClaim(t)
 	f.clock.Advance(29 * time.Second)
 	select {
 	case c := <-got:
@@ -109,14 +116,7 @@ func TestADelayedTaskWakesAWaitingClaimAfterTheClockIsSetBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan domain.Task, 1)
-	go func() {
-		claimed, err := f.svc.Claim(ctx, f.q, "w", nil, time.Minute)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- claimed
-	}()
+	got := f.waitingClaim(t)
 	if err := f.svc.Sweep(ctx, queues); err != nil {
 		t.Fatal(err)
 	}

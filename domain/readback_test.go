@@ -69,3 +69,23 @@ func FuzzReadBack(f *testing.F) {
 		}
 	})
 }
+
+// A batch is vetted as its tasks are one by one, and refused whole when
+// they are not all of one queue: CreateAll stores one queue's batch.
+func TestVetBatch(t *testing.T) {
+	a, _ := Post(testID, testHost, testQueue, testItem, "alice", t0)
+	b, _ := Post("9f2c1a0b7d4e6f84", testHost, testQueue, testItem, "alice", t0)
+	stored, data, err := VetBatch([]Task{a, b})
+	if err != nil || len(stored) != 2 || len(data) != 2 || stored[1].ID != b.ID {
+		t.Fatalf("VetBatch of one queue's two tasks = %d, %d, %v", len(stored), len(data), err)
+	}
+	other := b
+	other.Queue = "other"
+	bad := b
+	bad.ID = "../etc"
+	for name, batch := range map[string][]Task{"two queues": {a, other}, "a bad id": {a, bad}} {
+		if _, _, err := VetBatch(batch); KindOf(err) != KindInvalid {
+			t.Errorf("VetBatch of %s = %v, want an invalid_task error", name, err)
+		}
+	}
+}

@@ -26,6 +26,23 @@ func VetNew(t Task) (Task, []byte, error) {
 	return stored, data, nil
 }
 
+// VetBatch checks the tasks of a batch for CreateAll: each as VetNew does,
+// and all of one queue. It returns the records to keep with their stored
+// forms.
+func VetBatch(ts []Task) ([]Task, [][]byte, error) {
+	stored, data := make([]Task, len(ts)), make([][]byte, len(ts))
+	for i, t := range ts {
+		if KeyOf(t).Ref() != KeyOf(ts[0]).Ref() {
+			return nil, nil, E(KindInvalid, CodeInvalidTask, "a batch's tasks are of one queue")
+		}
+		var err error
+		if stored[i], data[i], err = VetNew(t); err != nil {
+			return nil, nil, err
+		}
+	}
+	return stored, data, nil
+}
+
 // VetChange checks what an update left in place of cur: a legal move of
 // the state machine (which keeps the task's identity), and a record that
 // reads back. It returns the record to keep with its stored form.

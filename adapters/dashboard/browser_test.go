@@ -110,7 +110,6 @@ func TestTrailReadsPastPagesOfOtherHostsLines(t *testing.T) {
 	f := newFixture(t)
 	task := f.post(t, "ops")
 	logs := t.TempDir()
-	day := eventlog.DayOf(time.UnixMilli(task.PostedAt))
 	var file bytes.Buffer
 	other := task
 	other.Host, other.Queue = "other.example.com", "busy"
@@ -119,27 +118,8 @@ func TestTrailReadsPastPagesOfOtherHostsLines(t *testing.T) {
 		file.Write(eventlog.EncodeLine(domain.Event{Kind: domain.EventPosted, At: time.UnixMilli(task.PostedAt), Task: other}, nil))
 	}
 	file.Write(eventlog.EncodeLine(domain.Event{Kind: domain.EventPosted, At: time.UnixMilli(task.PostedAt), Task: task}, nil))
-	if err := os.MkdirAll(filepath.Join(logs, "tasks"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(logs, "tasks", day+".jsonl"), file.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	api := httpapi.New(f.svc, f.config, httpapi.Options{Dashboard: f.dash, Logs: eventlog.NewReader(logs)})
-	srv := httptest.NewServer(api)
-	t.Cleanup(srv.Close)
-
-	base := "http://" + testHost + ".localhost:" + srv.URL[strings.LastIndexByte(srv.URL, ':')+1:] + "/_dash/"
-	tab := openPage(t, base)
-	if err := chromedp.Do(tab,
-		chromedp.SendKeys(chromedp.CSS(`#token`), aliceToken),
-		chromedp.Click(chromedp.CSS(`#signin-button`))); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, tab, "the sign-in", `!document.getElementById("whoami").hidden`)
-	if err := chromedp.Do(tab, chromedp.Navigate(base+"#/q/ops/t/"+task.ID)); err != nil {
-		t.Fatal(err)
-	}
+	writeDay(t, logs, time.UnixMilli(task.PostedAt), file.Bytes())
+	tab := openTask(t, serveLogs(t, f, logs, nil).base, task.ID, "")
 	waitFor(t, tab, "the trail read", `(document.getElementById("trail")?.textContent ?? "Loading…") !== "Loading…"`)
 	got, err := chromedp.Run(tab, chromedp.Evaluate[string](`document.getElementById("trail").textContent`))
 	if err != nil {

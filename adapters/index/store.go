@@ -185,17 +185,12 @@ func (s *Store) CreateAll(ctx context.Context, ts []domain.Task, then ports.Then
 		return fmt.Errorf("create %d tasks: %w", len(ts), err)
 	}
 	ref := domain.KeyOf(ts[0]).Ref()
-	stored := make([]domain.Task, len(ts))
-	data := make([][]byte, len(ts))
+	stored, data, err := domain.VetBatch(ts)
+	if err != nil {
+		return err
+	}
 	entries := make([]*entry, len(ts))
-	for i, t := range ts {
-		if domain.KeyOf(t).Ref() != ref {
-			return domain.E(domain.KindInvalid, domain.CodeInvalidTask, "a batch's tasks are of one queue")
-		}
-		var err error
-		if stored[i], data[i], err = checkNew(t); err != nil {
-			return err
-		}
+	for i := range stored {
 		if entries[i], err = newEntry(stored[i]); err != nil {
 			return domain.E(domain.KindInvalid, domain.CodeInvalidTask, "%v", err)
 		}

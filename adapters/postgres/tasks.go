@@ -166,18 +166,14 @@ func (s *Store) CreateAll(ctx context.Context, ts []domain.Task, then ports.Then
 		return nil
 	}
 	ref := domain.KeyOf(ts[0]).Ref()
-	stored, data := make([]domain.Task, len(ts)), make([][]byte, len(ts))
+	stored, data, err := domain.VetBatch(ts)
+	if err != nil {
+		return err
+	}
 	var rows tasksColumns
 	var items texts
 	var unsure bools
-	for i, t := range ts {
-		if domain.KeyOf(t).Ref() != ref {
-			return domain.E(domain.KindInvalid, domain.CodeInvalidTask, "a batch's tasks are of one queue")
-		}
-		var err error
-		if stored[i], data[i], err = checkNew(t); err != nil {
-			return err
-		}
+	for i := range stored {
 		rows.add(stored[i], data[i])
 		item, u := itemArg(stored[i])
 		items.addOrNull(item)
