@@ -104,6 +104,20 @@ type ListedTask struct {
 	PostedBy string          `json:"postedBy"` // the user's name; "" for an anonymous post
 }
 
+// MarshalJSON writes the task as the API sent it: postedBy null for an
+// anonymous post, not "" (`taskhoster tasks` prints it so).
+func (t ListedTask) MarshalJSON() ([]byte, error) {
+	type fields ListedTask // the fields, without this method
+	v := struct {
+		fields
+		PostedBy *string `json:"postedBy"` // shallower: it wins over fields'
+	}{fields: fields(t)}
+	if t.PostedBy != "" {
+		v.PostedBy = &t.PostedBy
+	}
+	return json.Marshal(v)
+}
+
 // TaskPage is one page of a queue's tasks.
 type TaskPage struct {
 	Tasks []ListedTask

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -351,5 +352,19 @@ func TestWorkerCancelRightAfterClaim(t *testing.T) {
 	}
 	if !errors.Is(got, client.ErrCancelled) || f.handedInCount(id) != 0 {
 		t.Errorf("outcome error %v, %d handed in; want ErrCancelled, nothing", got, f.handedInCount(id))
+	}
+}
+
+// A listed task marshals as the API sent it: postedBy null for an
+// anonymous post, the name otherwise, beside the view's fields.
+func TestListedTaskMarshalsAsTheAPISentIt(t *testing.T) {
+	for postedBy, want := range map[string]string{"": `"postedBy":null`, "alice": `"postedBy":"alice"`} {
+		got, err := json.Marshal(client.ListedTask{View: client.View{ID: "00000000000000a1"}, Item: json.RawMessage(`{"n":1}`), PostedBy: postedBy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(got), want) || !strings.Contains(string(got), `"id":"00000000000000a1"`) || !strings.Contains(string(got), `"item":{"n":1}`) {
+			t.Errorf("posted by %q: %s, want %s beside the id and item", postedBy, got, want)
+		}
 	}
 }

@@ -208,6 +208,10 @@ func TestCLITasksPaging(t *testing.T) {
 			if v["status"] == nil || v["item"] == nil || v["postedAt"] == nil {
 				t.Errorf("listed task lacks a field: %s", l)
 			}
+			// Posted anonymously: null, as the API says, not "".
+			if postedBy, ok := v["postedBy"]; !ok || postedBy != nil {
+				t.Errorf("an anonymous post listed with postedBy %#v, want null: %s", postedBy, l)
+			}
 			got = append(got, v["id"].(string))
 		}
 		next := ""
