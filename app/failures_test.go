@@ -52,20 +52,6 @@ func TestPostOptionsAreChecked(t *testing.T) {
 // A delayed task is not handed out before its time; once the fake clock
 // reaches it, the queue's timer makes it claimable and wakes a waiting
 // claim, without anyone polling.
-// waitingClaim starts a claim by worker "w" that waits up to a minute, and
-// returns where the task it takes arrives.
-func (f *fixture) waitingClaim(t *testing.T) <-chan domain.Task {
-	got := make(chan domain.Task, 1)
-	go func() {
-		claimed, err := f.svc.Claim(context.Background(), f.q, "w", nil, time.Minute)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- claimed
-	}()
-	return got
-}
-
 func TestDelayedTaskWakesAWaitingClaim(t *testing.T) {
 	f := newFixture(t, domain.DefaultSettings())
 	ctx := context.Background()
@@ -78,20 +64,9 @@ func TestDelayedTaskWakesAWaitingClaim(t *testing.T) {
 	}
 	got := f.waitingClaim(t)
 	f.clock.Advance(29 * time.Second)
-	select {
-	case c := <-got:
-		t.Fatalf("claimed %s a second early", c.ID)
-	case <-time.After(50 * time.Millisecond):
-	}
+	notClaimedYet(t, got, "a second early")
 	f.clock.Advance(time.Second)
-	select {
-	case c := <-got:
-		if c.ID != task.ID {
-			t.Errorf("claimed %s, want %s", c.ID, task.ID)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiting claim was not woken when the delay ran out")
-	}
+	claimedFrom(t, got, task.ID, "when the delay ran out")
 }
 
 // A clock set back (an NTP step, a hand) must not leave a waiting claim
@@ -120,20 +95,9 @@ func TestADelayedTaskWakesAWaitingClaimAfterTheClockIsSetBack(t *testing.T) {
 	if err := f.svc.Sweep(ctx, queues); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case c := <-got:
-		t.Fatalf("claimed %s before its time", c.ID)
-	case <-time.After(50 * time.Millisecond):
-	}
+	notClaimedYet(t, got, "before its time")
 	f.clock.Advance(400 * time.Second)
-	select {
-	case c := <-got:
-		if c.ID != task.ID {
-			t.Errorf("claimed %s, want %s", c.ID, task.ID)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiting claim was not woken when the delay ran out")
-	}
+	claimedFrom(t, got, task.ID, "when the delay ran out")
 }
 
 func TestReleaseFailAndHeartbeat(t *testing.T) {

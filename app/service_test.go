@@ -116,6 +116,45 @@ func (f *fixture) claim(t *testing.T, worker string) domain.Task {
 	return task
 }
 
+// waitingClaim starts a claim by worker "w" that waits up to a minute, and
+// returns where the task it takes arrives.
+func (f *fixture) waitingClaim(t *testing.T) <-chan domain.Task {
+	got := make(chan domain.Task, 1)
+	go func() {
+		claimed, err := f.svc.Claim(context.Background(), f.q, "w", nil, time.Minute)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- claimed
+	}()
+	return got
+}
+
+// notClaimedYet checks that the waiting claim got has taken no task (for a
+// moment: one woken too early takes it within it).
+func notClaimedYet(t *testing.T, got <-chan domain.Task, when string) {
+	t.Helper()
+	select {
+	case c := <-got:
+		t.Fatalf("claimed %s %s", c.ID, when)
+	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// claimedFrom waits for the waiting claim got to take a task, and checks
+// that it is want.
+func claimedFrom(t *testing.T, got <-chan domain.Task, want, when string) {
+	t.Helper()
+	select {
+	case c := <-got:
+		if c.ID != want {
+			t.Errorf("claimed %s, want %s", c.ID, want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the waiting claim was not woken %s", when)
+	}
+}
+
 func TestPostIsFlushedAndLogged(t *testing.T) {
 	f := newFixture(t, domain.DefaultSettings())
 	task := f.post(t, `{ "url" : "a" }`)
@@ -395,23 +434,9 @@ func TestRequeueLeavesAClaimAfterARetry(t *testing.T) {
 
 func TestWaitingClaimWakesOnPost(t *testing.T) {
 	f := newFixture(t, domain.DefaultSettings())
-	got := make(chan domain.Task, 1)
-	go func() {
-		task, err := f.svc.Claim(context.Background(), f.q, "w", nil, time.Minute)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- task
-	}()
+	got := f.waitingClaim(t)
 	posted := f.post(t, `{"url":"a"}`)
-	select {
-	case task := <-got:
-		if task.ID != posted.ID {
-			t.Errorf("woke with %s, want %s", task.ID, posted.ID)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("waiting claim never woke")
-	}
+	claimedFrom(t, got, posted.ID, "when a task was posted")
 }
 
 // joinTracker tells a test when a claim has joined the line for work.

@@ -72,13 +72,8 @@ func TestAPurgeIsDurableBeforeItsAnswer(t *testing.T) {
 	f := newFixtureSyncing(t, domain.DefaultSettings(), g)
 	svc, q := f.svc, f.q
 	ctx := context.Background()
-	posted, err := svc.Post(ctx, q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := svc.Claim(ctx, q, "w", nil, 0); err != nil {
-		t.Fatal(err)
-	}
+	posted := f.post(t, `{"url":"a"}`)
+	f.claim(t, "w")
 	if out, err := svc.Result(ctx, q, posted.ID, "w", json.RawMessage(`{}`)); err != nil || !out.Accepted {
 		t.Fatalf("result = %+v, %v", out, err)
 	}
@@ -106,13 +101,10 @@ func TestReadsShowOnlyDurableChanges(t *testing.T) {
 	f := newFixtureSyncing(t, domain.DefaultSettings(), g)
 	svc, q := f.svc, f.q
 	ctx := context.Background()
-	posted, err := svc.Post(ctx, q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	claimed, err := svc.Claim(ctx, q, "w", nil, 0)
-	if err != nil || claimed.ID != posted.ID {
-		t.Fatalf("claim = %s, %v", claimed.ID, err)
+	posted := f.post(t, `{"url":"a"}`)
+	claimed := f.claim(t, "w")
+	if claimed.ID != posted.ID {
+		t.Fatalf("claimed %s, want %s", claimed.ID, posted.ID)
 	}
 	watch, err := svc.Watch(ctx, q, posted.ID, 8)
 	if err != nil {

@@ -107,7 +107,22 @@ func newSession(conn *websocket.Conn, log *slog.Logger) *session {
 		conn: conn, log: log, started: time.Now(),
 		waiting: map[int64]waiter{}, held: map[string]*signal{}, done: make(chan struct{}),
 	}
-	alive := func() { _ = conn.SetReadDeadline(time.Now().Add(peerTimeout)) }
+	alive, stopPings := keepAlive(conn, peerTimeout, pingEvery)
+	go func() {
+		s.read(alive)
+		stopPings()
+	}()
+	return s
+}
+
+// keepAlive keeps conn's read deadline silence ahead of its latest sign of
+// life (a ping, a pong, or a message, for which the reader calls alive),
+// answers the peer's pings, and pings every `every` until stopPings: a
+// socket silent for longer is gone (a dropped route, a peer gone without a
+// word), where TCP would take minutes to tell. A ping that cannot be
+// written closes conn, and so ends its reader.
+func keepAlive(conn *websocket.Conn, silence, every time.Duration) (alive, stopPings func()) {
+	alive = func() { _ = conn.SetReadDeadline(time.Now().Add(silence)) }
 	alive()
 	conn.SetPongHandler(func(string) error { alive(); return nil })
 	conn.SetPingHandler(func(data string) error {
@@ -118,9 +133,23 @@ func newSession(conn *websocket.Conn, log *slog.Logger) *session {
 		}
 		return err
 	})
-	go s.read(alive)
-	go s.ping()
-	return s
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeWait)); err != nil {
+					conn.Close()
+					return
+				}
+			}
+		}
+	}()
+	return alive, sync.OnceFunc(func() { close(done) })
 }
 
 // read delivers replies until the socket fails, then wakes every waiter.
@@ -225,23 +254,6 @@ func (s *session) cancelled(id string) {
 		return
 	}
 	g.fire()
-}
-
-// ping keeps the connection observably alive in both directions.
-func (s *session) ping() {
-	t := time.NewTicker(pingEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.done:
-			return
-		case <-t.C:
-			if err := s.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeWait)); err != nil {
-				s.conn.Close() // the reader notices and ends the session
-				return
-			}
-		}
-	}
 }
 
 // request sends m with a fresh ref and waits for the reply, the socket's

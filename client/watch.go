@@ -43,38 +43,10 @@ func (c *Client) Watch(ctx context.Context, queue, id string) (iter.Seq2[View, e
 		stop := context.AfterFunc(ctx, func() { conn.Close() })
 		defer stop()
 		defer conn.Close()
-		// A socket silent for longer than watchSilence is gone (a dropped
-		// route, a server gone without a word), where TCP would take
-		// minutes to tell. The server pings every 15 s by default, and so
-		// does the watch, so that a server pinging less often (--ws-ping)
-		// still answers in time.
-		alive := func() { _ = conn.SetReadDeadline(time.Now().Add(watchSilence)) }
-		alive()
-		conn.SetPongHandler(func(string) error { alive(); return nil })
-		pinging := make(chan struct{})
-		defer close(pinging)
-		go func() {
-			tick := time.NewTicker(watchPing)
-			defer tick.Stop()
-			for {
-				select {
-				case <-pinging:
-					return
-				case <-tick.C:
-					if conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeWait)) != nil {
-						return
-					}
-				}
-			}
-		}()
-		conn.SetPingHandler(func(data string) error {
-			alive()
-			err := conn.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(writeWait))
-			if errors.Is(err, websocket.ErrCloseSent) {
-				return nil
-			}
-			return err
-		})
+		// The server pings every 15 s by default, and so does the watch, so
+		// that a server pinging less often (--ws-ping) still answers in time.
+		alive, stopPings := keepAlive(conn, watchSilence, watchPing)
+		defer stopPings()
 		for {
 			_, data, err := conn.ReadMessage()
 			if err != nil {

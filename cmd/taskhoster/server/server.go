@@ -283,10 +283,10 @@ var PostgresModule = fx.Module("postgres",
 // transaction (postgres.Store.WriteLines, finding the event the use case
 // staged: app.StagedEvent; a batch post's lines, app.StagedEvents, in the
 // batch's), so store and log never disagree and the start-up repair has
-// nothing to do. The log API reads the same table. A
-// change is durable once its COMMIT returns (synchronous_commit on,
-// PostgreSQL's default), its line with it, so the Syncer has nothing to
-// flush. Archived payload bodies are rows of the same database.
+// nothing to do. The log API reads the same table. A change is durable
+// once its COMMIT returns (synchronous_commit on, PostgreSQL's default),
+// its line with it, so the Syncer has nothing to flush. Archived payload
+// bodies are rows of the same database.
 var PostgresLogModule = fx.Module("pglog",
 	fx.Provide(func(s *postgres.Store) (ports.EventLog, ports.Syncer, logPruner, httpapi.LogReader) {
 		s.WriteLines(app.StagedEvent)
