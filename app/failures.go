@@ -72,7 +72,7 @@ func (s *Service) Heartbeat(ctx context.Context, q *domain.Queue, id string, h d
 		return err
 	}, nil)
 	if isStateConflict(err) {
-		return Outcome{Status: t.Status}, nil
+		return s.refusal(ctx, "heartbeat", id, t)
 	}
 	if err != nil {
 		return Outcome{}, fmt.Errorf("heartbeat %s: %w", id, err)
@@ -125,11 +125,11 @@ func (s *Service) reason(q *domain.Queue, raw []byte) ([]byte, error) {
 	return payload(q, q.Failure, raw, domain.CodeInvalidFailure)
 }
 
-// settle answers a give-back or a failure: refused with the task's status,
-// or accepted once durable if it ended the task.
+// settle answers a give-back or a failure: refused with the task's status
+// (refusal), or accepted once durable if it ended the task.
 func (s *Service) settle(ctx context.Context, q *domain.Queue, id, what string, t domain.Task, err error) (Outcome, error) {
 	if isStateConflict(err) {
-		return Outcome{Status: t.Status}, nil
+		return s.refusal(ctx, what, id, t)
 	}
 	if err != nil {
 		return Outcome{}, fmt.Errorf("%s %s: %w", what, id, err)

@@ -151,3 +151,49 @@ func TestReadsShowOnlyDurableChanges(t *testing.T) {
 		return err
 	})
 }
+
+// TestRefusedReportsNameOnlyDurableStatuses: a report refused because the
+// task moved on names the task's status now, which is a read like any
+// other. A worker told "finished" drops its own result; shown a result a
+// power loss then took away, it would have dropped work nobody kept.
+func TestRefusedReportsNameOnlyDurableStatuses(t *testing.T) {
+	g := newGateSyncer()
+	f := newFixtureSyncing(t, domain.DefaultSettings(), g)
+	svc, q := f.svc, f.q
+	ctx := context.Background()
+	posted := f.post(t, `{"url":"a"}`)
+	claimed := f.claim(t, "w")
+	if out, err := svc.Result(ctx, q, posted.ID, "w", json.RawMessage(`{}`)); err != nil || !out.Accepted {
+		t.Fatalf("result = %+v, %v", out, err)
+	}
+	close(g.gated)
+	held := domain.HolderOf(claimed)
+	refused := func(name string, report func() (app.Outcome, error)) {
+		t.Helper()
+		shownOnlyOnceDurable(t, g, name, func() error {
+			out, err := report()
+			if err == nil && (out.Accepted || out.Status != domain.Finished) {
+				t.Errorf("%s = %+v, want refused with status finished", name, out)
+			}
+			return err
+		})
+	}
+	refused("a second result", func() (app.Outcome, error) {
+		return svc.Result(ctx, q, posted.ID, "w2", json.RawMessage(`{}`))
+	})
+	refused("a late progress report", func() (app.Outcome, error) {
+		return svc.Progress(ctx, q, posted.ID, held, json.RawMessage(`{}`))
+	})
+	refused("a late heartbeat", func() (app.Outcome, error) {
+		return svc.Heartbeat(ctx, q, posted.ID, held)
+	})
+	refused("a late give-back", func() (app.Outcome, error) {
+		return svc.Release(ctx, q, posted.ID, held, 0, nil)
+	})
+	refused("a late failure", func() (app.Outcome, error) {
+		return svc.Fail(ctx, q, posted.ID, "w", nil)
+	})
+	refused("a cancel of a finished task", func() (app.Outcome, error) {
+		return svc.Cancel(ctx, q, posted.ID, app.Canceller{Manage: true})
+	})
+}

@@ -310,6 +310,17 @@ type Outcome struct {
 	Lease    *domain.Lease
 }
 
+// refusal answers a report the task's state refused with the status the
+// task is in now, once that status is durable. It is a read like any other
+// (Service.shown): a worker told "finished" drops its own result, and the
+// winner's result may still be waiting for its flush.
+func (s *Service) refusal(ctx context.Context, what, id string, t domain.Task) (Outcome, error) {
+	if err := s.syncer.Sync(ctx); err != nil {
+		return Outcome{}, fmt.Errorf("%s %s: %w", what, id, err)
+	}
+	return Outcome{Status: t.Status}, nil
+}
+
 // Progress stores a progress record from the worker holding the lease (in
 // the attempt it names, if any) and extends its lease. Anyone else is told accepted false.
 func (s *Service) Progress(ctx context.Context, q *domain.Queue, id string, h domain.Holder, progress []byte) (Outcome, error) {
@@ -324,7 +335,7 @@ func (s *Service) Progress(ctx context.Context, q *domain.Queue, id string, h do
 		return t.ReportProgress(h.Worker, progress, q.Settings.Lease(), now)
 	})
 	if isStateConflict(err) {
-		return Outcome{Status: t.Status}, nil
+		return s.refusal(ctx, "progress", id, t)
 	}
 	if err != nil {
 		return Outcome{}, fmt.Errorf("progress %s: %w", id, err)
@@ -344,7 +355,7 @@ func (s *Service) Result(ctx context.Context, q *domain.Queue, id, worker string
 	})
 	if isStateConflict(err) {
 		s.observer.ResultRefused(q.Ref())
-		return Outcome{Status: t.Status}, nil
+		return s.refusal(ctx, "result", id, t)
 	}
 	if err != nil {
 		return Outcome{}, fmt.Errorf("result %s: %w", id, err)
