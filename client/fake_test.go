@@ -2,7 +2,9 @@ package client_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -48,6 +50,10 @@ type fakeQueue struct {
 	// busyClaims answers that many claims, the first ones, with the error
 	// too_many_waiting, as a server with all its claim places taken does.
 	busyClaims int
+	// readLimit, if set, is the largest message the fake reads: a larger
+	// one is refused with close 1009, as the server refuses a message over
+	// its queue's limit.
+	readLimit int64
 	// cancelOnClaim cancels each task right after handing it out, so the
 	// cancelled message follows the task on the socket.
 	cancelOnClaim bool
@@ -228,11 +234,23 @@ func (f *fakeQueue) serve(w http.ResponseWriter, r *http.Request) {
 	c := &fakeConn{ws: ws}
 	f.mu.Lock()
 	f.conns[c] = true
+	limit := f.readLimit
 	f.mu.Unlock()
+	if limit > 0 {
+		ws.SetReadLimit(limit)
+	}
 	defer f.hangUp(c)
 	for {
 		var m fakeMsg
 		if err := ws.ReadJSON(&m); err != nil {
+			if errors.Is(err, websocket.ErrReadLimit) {
+				// gorilla has sent the 1009 close. Read on until the client
+				// closes, as the server lingers: closed with the rest of the
+				// message unread, the kernel would reset the connection and
+				// the client might never read the close.
+				_ = ws.UnderlyingConn().SetReadDeadline(time.Now().Add(testTimeout))
+				_, _ = io.Copy(io.Discard, ws.UnderlyingConn())
+			}
 			return
 		}
 		f.handle(c, m)

@@ -403,11 +403,13 @@ func (r *run) claim(after []*handing) (*Task, bool) {
 }
 
 // lastingRefusal reports whether a claim refused with code would be
-// refused again however long the Worker waited: its query is invalid, or
+// refused again however long the Worker waited: its query is invalid or
+// makes the message larger than the server reads (too_large: the socket
+// was closed with 1009, and each claim again would close the next one), or
 // it asks for more claims than a socket may have. Run stops on those.
 func lastingRefusal(code string) bool {
 	switch code {
-	case "invalid_query", "invalid_request", "invalid_json", "too_many_claims":
+	case "invalid_query", "invalid_request", "invalid_json", "too_large", "too_many_claims":
 		return true
 	}
 	return false

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -481,5 +482,43 @@ func TestWorkerDrainEndsTheWaitAfterABusyServer(t *testing.T) {
 	w.Drain()
 	if err := wait(); err != nil { // within testTimeout, not the hour's wait
 		t.Errorf("Run after Drain = %v", err)
+	}
+}
+
+// TestWorkerStopsOnAClaimOverTheSizeLimit: a query that makes the claim
+// message larger than the server reads gets the socket closed with 1009.
+// Sent again it would be refused again, and each time it would take the
+// socket down with every report in flight on it: Run ends with too_large,
+// as for an invalid query, instead of claiming again and again.
+func TestWorkerStopsOnAClaimOverTheSizeLimit(t *testing.T) {
+	f := newFakeQueue(t)
+	f.readLimit = 1024
+	redialled := make(chan struct{})
+	f.refuse = func(dial int) int {
+		if dial == 3 {
+			close(redialled)
+		}
+		return 0
+	}
+	w := &client.Worker{
+		Client: client.New(f.srv.URL), Queue: "q",
+		Query:      map[string]any{"properties": map[string]any{"url": map[string]any{"const": strings.Repeat("x", 2048)}}},
+		MinBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond,
+		Handler: func(context.Context, *client.Task) (any, error) { return nil, nil },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	select {
+	case err := <-done:
+		var e *client.Error
+		if !errors.As(err, &e) || e.Code != "too_large" {
+			t.Fatalf("Run = %v, want a too_large *client.Error", err)
+		}
+	case <-redialled:
+		t.Fatal("the Worker dialled a third time to send the same claim again")
+	case <-time.After(testTimeout):
+		t.Fatal("Worker.Run did not return")
 	}
 }

@@ -272,7 +272,7 @@ class Run<Item> {
         this.log.warn?.("unexpected answer to a claim; claiming again", { type: reply.type });
       } catch (err) {
         if (err instanceof TaskhosterError && lastingRefusal(err.code)) {
-          // An invalid query (or too many claims) stays so: stop.
+          // An invalid or too large query (or too many claims) stays so: stop.
           this.fail(new Error(`claim from ${this.o.queue}: ${err.message}`, { cause: err }));
           return undefined;
         }
@@ -520,11 +520,19 @@ export function beatEvery(until: number, now: number): number {
 
 /**
  * Whether a claim refused with code would be refused again however long the
- * Worker waited: its query is invalid, or it asks for more claims than a
- * socket may have. run() stops on those (as the Go client's lastingRefusal).
+ * Worker waited: its query is invalid or makes the message larger than the
+ * server reads (too_large: the socket was closed with 1009, and each claim
+ * again would close the next one), or it asks for more claims than a socket
+ * may have. run() stops on those (as the Go client's lastingRefusal).
  */
 function lastingRefusal(code: string): boolean {
-  return code === "invalid_query" || code === "invalid_request" || code === "invalid_json" || code === "too_many_claims";
+  return (
+    code === "invalid_query" ||
+    code === "invalid_request" ||
+    code === "invalid_json" ||
+    code === "too_large" ||
+    code === "too_many_claims"
+  );
 }
 
 /** A refused handshake that will be refused again: any 4xx but a timeout or rate limit. */

@@ -348,6 +348,33 @@ test("a worker whose claim query is invalid stops with invalid_query", async (t)
   assert.equal(err.cause.code, "invalid_query");
 });
 
+// A query that makes the claim larger than the worker socket takes gets the
+// socket closed with 1009: claimed again, it would close every next socket
+// too, with whatever else was in flight on it. The worker stops instead.
+test("a worker whose claim is over the worker socket's limit stops with too_large", async (t) => {
+  const server = await start(t, newDirs(t));
+  const { box } = clients(server);
+  let drops = 0;
+  const worker = new Worker({
+    client: box,
+    queue: "tiny",
+    query: { properties: { n: { const: "x".repeat(200 << 10) } } },
+    minBackoffMs: 20,
+    maxBackoffMs: 100,
+    logger: {
+      warn: (msg) => {
+        if (msg.includes("reconnecting")) drops++;
+      },
+    },
+    handler: () => ({}),
+  });
+  // A worker that claims again on every socket never ends: stop it.
+  const err = await worker.run(AbortSignal.timeout(10_000)).catch((e) => e);
+  assert.ok(err?.cause instanceof TaskhosterError, `run: ${err} (after ${drops} reconnections)`);
+  assert.equal(err.cause.code, "too_large");
+  assert.equal(drops, 0);
+});
+
 // tooBigForTheSocket runs a worker of limit 1 over one task of the tiny
 // queue (maxItemBytes 4096: the worker socket takes 64 KiB more) whose
 // handler is handler, until it ends or 30 s passed; the outcome, the
