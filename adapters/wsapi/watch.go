@@ -157,16 +157,21 @@ func (wt *watcher) fail(err error) {
 	wt.close(websocket.CloseInternalServerErr, string(reply.Body.Error))
 }
 
-// final sends the terminal view and closes with 1000. The view is read with
-// Status, which makes this view count as the task's fetch (stamped once,
-// however many watchers and readers see it).
+// final sends the terminal view t and closes with 1000. The view is read
+// again with Status, which makes it count as the task's fetch (stamped
+// once, however many watchers and readers see it).
 func (wt *watcher) final(t domain.Task) {
 	view, err := wt.s.svc.Status(context.WithoutCancel(wt.ctx), wt.q, wt.id)
-	if err != nil {
+	switch {
+	case err != nil:
 		if !errors.Is(err, domain.ErrNotFound) {
 			wt.logger.Error("watch: fetch the terminal view", zap.Error(err))
 		}
 		view = t.View() // cleaned already (or unreadable): the snapshot is the same view
+	case !view.Status.Terminal():
+		// A manager's retry came between: the watch ends on the terminal
+		// view it followed, as the last view before a 1000 close must be.
+		view = t.View()
 	}
 	if wt.sendBytes(encodeView(view)) {
 		wt.close(websocket.CloseNormalClosure, "task is "+string(view.Status))

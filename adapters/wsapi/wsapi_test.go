@@ -657,3 +657,37 @@ func TestAMessageOverTheLimitIsReadToItsEndBeforeTheClose(t *testing.T) {
 		t.Fatalf("after the message over the limit the client read %v, want close 1009", err)
 	}
 }
+
+// TestAWatchEndsOnTheTerminalViewItWasShown: a watch ends with the
+// terminal view and close 1000 (SPEC §4). Its final view is read again to
+// count as the task's fetch; should a manager's retry have put the task
+// back to pending in between, the watch still ends on the terminal view
+// whose change it followed, not on a pending view closed as if final.
+func TestAWatchEndsOnTheTerminalViewItWasShown(t *testing.T) {
+	f := newFixture(t, index.New(), wsapi.Options{})
+	task, err := f.svc.Post(context.Background(), f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.dial(t, "/watch/"+task.ID)
+	if first := read(t, c); !strings.Contains(first, `"status":"pending"`) {
+		t.Fatalf("first view %s, want pending", first)
+	}
+	// The task failed, and was retried before the watch read it again:
+	// the store holds it pending, the watch has the failed change.
+	failed, _, err := task.Cancel(time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.hub.Publish(domain.Event{Kind: domain.EventFailed, Task: failed})
+
+	var view domain.View
+	if err := json.Unmarshal([]byte(read(t, c)), &view); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = c.ReadMessage()
+	var ce *websocket.CloseError
+	if view.Status != domain.Failed || !errors.As(err, &ce) || ce.Code != websocket.CloseNormalClosure {
+		t.Fatalf("the watch ended on status %q and %v; want the failed view, then close 1000", view.Status, err)
+	}
+}
