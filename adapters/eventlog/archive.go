@@ -179,11 +179,18 @@ func replaceFile(path string, data []byte) error {
 	return err
 }
 
-// appendFile adds one line to path in one write, as the day files do.
+// appendFile adds one line to path in one write, as the day files do. Like
+// a day file, the file may end in a line a crash cut part-way (a write
+// stopped by SIGKILL between pages, or a power loss): that line's event was
+// never acknowledged, and it is cut first, lest the new line run into it
+// and the two make one line that is not JSON.
 func appendFile(path string, line []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, archiveFileMode)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, archiveFileMode)
 	if err != nil {
 		return err
+	}
+	if err := cutTornTail(f); err != nil {
+		return errors.Join(err, f.Close())
 	}
 	return errors.Join(writeLine(f, line), f.Close())
 }

@@ -111,6 +111,34 @@ func TestProgressLinesAreAppended(t *testing.T) {
 	}
 }
 
+// TestTornProgressLineIsCut: a progress line a crash left half-written at
+// the end of progress.jsonl (a write cut by SIGKILL part-way, or a power
+// loss) is cut before the next progress is appended, so the next line does
+// not run into it and the log API serves whole, valid lines.
+func TestTornProgressLineIsCut(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(archiveDir(dir, idA), "progress.jsonl")
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("{\"percent\":10}\n{\"perc"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l := mustOpen(t, dir)
+	ev := lifecycle(t)["progress"]
+	ev.Task.Progress = json.RawMessage(`{"percent":30}`)
+	if err := l.Append(context.Background(), ev, true); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "{\"percent\":10}\n{\"percent\":30}\n"; string(got) != want {
+		t.Errorf("progress.jsonl = %q, want %q", got, want)
+	}
+}
+
 // A body is archived as the task file holds it, so its size is the number
 // the line gives for it.
 func TestArchivedBodyIsTheStoredForm(t *testing.T) {

@@ -152,8 +152,17 @@ func cutTornTail(f *os.File) error {
 	if err != nil || fi.Size() == 0 {
 		return err
 	}
-	// Lines are small; look back in growing steps for the last newline.
 	size := fi.Size()
+	// Nearly always the file ends with a whole line: one byte tells
+	// (appendFile comes here on every progress line).
+	var last [1]byte
+	if _, err := f.ReadAt(last[:], size-1); err != nil {
+		return fmt.Errorf("read day file tail: %w", err)
+	}
+	if last[0] == '\n' {
+		return nil
+	}
+	// Lines are small; look back in growing steps for the last newline.
 	for step := int64(4 << 10); ; step *= 4 {
 		from := max(0, size-step)
 		buf := make([]byte, size-from)
