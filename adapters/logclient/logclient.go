@@ -101,7 +101,9 @@ func (c *Client) Lines(ctx context.Context, day string, offset int64) (io.ReadCl
 }
 
 // Payload fetches an archived body: GET /_logs/payloads/{queue}/{id}/{file}.
-// A body the server does not have (aged out) is an error of KindNotFound.
+// A body the server does not have (aged out) is an error of KindNotFound;
+// one over maxPayload is KindTooLarge, told by its Content-Length before
+// any of it is read when the server sends one, so the caller can skip it.
 func (c *Client) Payload(ctx context.Context, queue, id, file string) ([]byte, error) {
 	if !domain.ValidName(queue) || !domain.ValidID(id) || !tasklog.ValidPayloadFile(file) {
 		return nil, fmt.Errorf("fetch payload %s/%s/%s: not a payload name", queue, id, file)
@@ -111,14 +113,25 @@ func (c *Client) Payload(ctx context.Context, queue, id, file string) ([]byte, e
 		return nil, fmt.Errorf("fetch payload %s of %s: %w", file, id, err)
 	}
 	defer resp.Body.Close()
+	if resp.ContentLength > maxPayload {
+		return nil, payloadTooLarge(file, id)
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPayload+1))
 	if err != nil {
 		return nil, fmt.Errorf("fetch payload %s of %s: %w", file, id, err)
 	}
 	if len(body) > maxPayload {
-		return nil, fmt.Errorf("fetch payload %s of %s: larger than %d bytes", file, id, maxPayload)
+		return nil, payloadTooLarge(file, id)
 	}
 	return body, nil
+}
+
+// payloadTooLarge is a body this client will not hold. It is a domain error
+// of its own kind because it is no failure of the server: it stays too
+// large, so a pull that stopped on it would stop on it every time.
+func payloadTooLarge(file, id string) error {
+	return &domain.Error{Kind: domain.KindTooLarge, Code: domain.CodeTooLarge,
+		Message: fmt.Sprintf("fetch payload %s of %s: larger than %d bytes", file, id, maxPayload)}
 }
 
 // get sends an authenticated GET and returns a 200 answer; any other status

@@ -145,3 +145,24 @@ func TestClientReportsRefusals(t *testing.T) {
 		t.Errorf("no error from a closed port")
 	}
 }
+
+// A body over the mirror's cap is refused as too large, by its
+// Content-Length before a byte of it is read: a pull can then skip it and
+// go on, instead of failing on it at every pull from then on.
+func TestClientRefusesAPayloadOverItsCap(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A long progress.jsonl: only its length is sent, then the
+		// connection ends.
+		w.Header().Set("Content-Length", "1073741824")
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	c, err := logclient.New(srv.URL, "task.example.com", token, srv.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Payload(context.Background(), "resize", "9f2c1a0b7d4e6f83", "progress.jsonl")
+	if domain.KindOf(err) != domain.KindTooLarge {
+		t.Errorf("payload of 1 GiB: err = %v (kind %v), want KindTooLarge", err, domain.KindOf(err))
+	}
+}

@@ -32,7 +32,8 @@ type Source interface {
 	// Lines reads a day file from a byte offset: whole newline-ended lines,
 	// and the offset to ask from next. A pruned day is KindNotFound.
 	Lines(ctx context.Context, day string, offset int64) (body io.ReadCloser, next int64, err error)
-	// Payload fetches an archived body. One that aged out is KindNotFound.
+	// Payload fetches an archived body. One that aged out is KindNotFound;
+	// one too large to hold is KindTooLarge.
 	Payload(ctx context.Context, queue, id, file string) ([]byte, error)
 }
 
@@ -98,13 +99,14 @@ func New(src Source, lines LineStore, payloads PayloadStore, opts Options) *Pull
 
 // Summary is what one pull did.
 type Summary struct {
-	Days         int  // day files read (ones with bytes not pulled yet)
-	Lines        int  // new lines stored
-	Payloads     int  // bodies stored
-	GoneDays     int  // day files listed but pruned before they were read
-	GonePayloads int  // bodies aged out on the server before they were fetched
-	BadLines     int  // lines that are not event lines, skipped
-	Limited      bool // stopped at Options.Limit; more may be waiting
+	Days             int  // day files read (ones with bytes not pulled yet)
+	Lines            int  // new lines stored
+	Payloads         int  // bodies stored
+	GoneDays         int  // day files listed but pruned before they were read
+	GonePayloads     int  // bodies aged out on the server before they were fetched
+	TooLargePayloads int  // bodies over the client's cap, skipped
+	BadLines         int  // lines that are not event lines, skipped
+	Limited          bool // stopped at Options.Limit; more may be waiting
 }
 
 // String is the one-line summary `logs pull` prints.
@@ -116,6 +118,9 @@ func (s Summary) String() string {
 	}
 	if s.GonePayloads > 0 {
 		fmt.Fprintf(&b, ", %s gone from the server", plural(s.GonePayloads, "payload"))
+	}
+	if s.TooLargePayloads > 0 {
+		fmt.Fprintf(&b, ", %s too large to mirror", plural(s.TooLargePayloads, "payload"))
 	}
 	if s.BadLines > 0 {
 		fmt.Fprintf(&b, ", %s skipped (not event lines)", plural(s.BadLines, "line"))
@@ -138,7 +143,7 @@ func (s Summary) add(o Summary) Summary {
 	return Summary{
 		Days: s.Days + o.Days, Lines: s.Lines + o.Lines, Payloads: s.Payloads + o.Payloads,
 		GoneDays: s.GoneDays + o.GoneDays, GonePayloads: s.GonePayloads + o.GonePayloads,
-		BadLines: s.BadLines + o.BadLines,
+		TooLargePayloads: s.TooLargePayloads + o.TooLargePayloads, BadLines: s.BadLines + o.BadLines,
 	}
 }
 
@@ -330,7 +335,11 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 }
 
 // pullPayloads fetches every body the store wants from this source. A body
-// that aged out on the server is given up; one the user may no longer read
+// that aged out on the server is given up, and so is one too large to hold
+// (a progress.jsonl that grew past the cap), with a warning: it would fail
+// every pull from then on, and stop the bodies after it from being
+// fetched. Either is asked for again when a later line archives it, and a
+// body stored before is kept. One the user may no longer read
 // is left wanted (the next pull asks again) and reported; anything else
 // (the server is down, the pull was interrupted) ends the pull.
 func (p *Puller) pullPayloads(ctx context.Context, sum *Summary) error {
@@ -347,6 +356,13 @@ func (p *Puller) pullPayloads(ctx context.Context, sum *Summary) error {
 				return err
 			}
 			sum.GonePayloads++
+			continue
+		case domain.KindTooLarge:
+			p.opts.Warn(fmt.Sprintf("payload %s of task %s in queue %s skipped: %v", ref.File, ref.ID, ref.Queue, err))
+			if err := p.payloads.PayloadGone(ctx, ref); err != nil {
+				return err
+			}
+			sum.TooLargePayloads++
 			continue
 		case domain.KindForbidden, domain.KindUnauthorized:
 			refused = append(refused, err)

@@ -31,6 +31,7 @@ type fakeServer struct {
 	pruned    map[string]bool   // listed, but 404 when read (pruned in between)
 	payloads  map[string][]byte // "queue/id/file" → body
 	forbidden map[string]bool   // "queue/id/file" the user may not read
+	tooLarge  map[string]bool   // "queue/id/file" over the client's cap
 	readable  map[string]bool   // queues of host the user may read
 	perAnswer int               // 0: no cap
 	cutAfter  int               // >0: drop the connection inside the line after this many
@@ -42,7 +43,7 @@ var _ logpull.Source = (*fakeServer)(nil)
 func newFakeServer() *fakeServer {
 	return &fakeServer{
 		days: map[string][]byte{}, pruned: map[string]bool{}, payloads: map[string][]byte{},
-		forbidden: map[string]bool{}, readable: map[string]bool{"resize": true},
+		forbidden: map[string]bool{}, tooLarge: map[string]bool{}, readable: map[string]bool{"resize": true},
 	}
 }
 
@@ -123,6 +124,9 @@ func (f *fakeServer) Payload(_ context.Context, queue, id, file string) ([]byte,
 	key := queue + "/" + id + "/" + file
 	if f.forbidden[key] {
 		return nil, domain.E(domain.KindForbidden, "forbidden", "not yours")
+	}
+	if f.tooLarge[key] {
+		return nil, domain.E(domain.KindTooLarge, "too_large", "%s is over the cap", key)
 	}
 	body, ok := f.payloads[key]
 	if !ok {
@@ -598,5 +602,39 @@ func TestABatchIsBoundedByItsBytes(t *testing.T) {
 	}
 	if got := stored(t, s.Store); !slices.Equal(got, want) {
 		t.Errorf("stored %d lines, want the %d sent, once each, in order", len(got), len(want))
+	}
+}
+
+// A body over the client's cap (a progress.jsonl that grew past it) is
+// skipped with a warning: the bodies archived after it are still fetched,
+// and later pulls do not fail on it again and again.
+func TestPullSkipsAPayloadTooLargeToMirror(t *testing.T) {
+	f := newFakeServer()
+	s := mustStore(t)
+	ctx := context.Background()
+	var warnings []string
+	p := puller(f, s, logpull.Options{Warn: func(m string) { warnings = append(warnings, m) }})
+
+	f.appendLine("2026-07-26", host, "resize", id(1), domain.EventProgress, "progress")
+	f.appendLine("2026-07-26", host, "resize", id(2), domain.EventPosted, "item")
+	f.payloads["resize/"+id(1)+"/progress.jsonl"] = []byte("{}\n")
+	f.tooLarge["resize/"+id(1)+"/progress.jsonl"] = true
+	f.payloads["resize/"+id(2)+"/item.json"] = []byte(`{"url":"b"}`)
+
+	sum, err := p.Pull(ctx)
+	if err != nil {
+		t.Fatalf("pull: %v (did %s)", err, sum)
+	}
+	if diff := cmp.Diff(logpull.Summary{Days: 1, Lines: 2, Payloads: 1, TooLargePayloads: 1}, sum); diff != "" {
+		t.Errorf("summary (-want +got):\n%s", diff)
+	}
+	if b, err := s.Payload(ctx, host, "resize", id(2), "item.json"); err != nil || string(b) != `{"url":"b"}` {
+		t.Errorf("the body after the large one: %q, %v", b, err)
+	}
+	if len(warnings) != 1 || !strings.Contains(warnings[0], id(1)) {
+		t.Errorf("warnings %q, want one naming %s", warnings, id(1))
+	}
+	if sum := mustPull(t, p); sum != (logpull.Summary{}) {
+		t.Errorf("second pull did %s, want nothing", sum)
 	}
 }

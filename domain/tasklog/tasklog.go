@@ -257,13 +257,15 @@ func (c Cursor) Less(d Cursor) bool {
 }
 
 // CanonicalHost is the host folder a Host header picks (SPEC §1): lower
-// case, port dropped, and "NAME.localhost" meaning NAME, so that pulling
-// through either name keys lines alike.
+// case, port dropped, the root's dot dropped (as the server drops it), and
+// "NAME.localhost" meaning NAME, so that pulling through any of these names
+// keys lines alike; lines keyed by another source would be stored again.
 func CanonicalHost(hostport string) string {
 	h := strings.ToLower(hostport)
 	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.Contains(h[i:], "]") {
 		h = h[:i]
 	}
+	h = strings.TrimSuffix(h, ".")
 	if name, ok := strings.CutSuffix(h, ".localhost"); ok && name != "" {
 		h = name
 	}

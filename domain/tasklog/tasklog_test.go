@@ -110,6 +110,10 @@ func TestCanonicalHost(t *testing.T) {
 		"localhost:8080":                  "localhost",
 		"127.0.0.1:8080":                  "127.0.0.1",
 		"[::1]:8080":                      "[::1]",
+		// The server finds a host folder by a name with its root dot too
+		// (task.example.com.): pulling through it must key lines alike.
+		"task.example.com.:8080":           "task.example.com",
+		"task.example.com.localhost.:8080": "task.example.com",
 	} {
 		if got := tasklog.CanonicalHost(in); got != want {
 			t.Errorf("CanonicalHost(%q) = %q, want %q", in, got, want)
