@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"runtime"
 	"strconv"
@@ -625,6 +626,76 @@ func TestABatchWhoseLogFailsIsTakenBackDurably(t *testing.T) {
 	}
 	if n := f.sync.count(); n != 1 { // the take-back's
 		t.Errorf("%d flushes after the take-back of a batch, want 1", n)
+	}
+}
+
+// commitOnDisc is a Persister and a Syncer that keep what a power loss
+// would leave: the files on disc, and those a flush (a journal's commit)
+// made durable. A write the store refuses is failAt (counting from 1);
+// after the write afterPut, another caller flushes (a claim's commit).
+type commitOnDisc struct {
+	mu       sync.Mutex
+	disc     map[string]bool
+	durable  map[string]bool
+	puts     int
+	failAt   int
+	afterPut int
+}
+
+func (c *commitOnDisc) Put(_ *domain.Task, t domain.Task, _ []byte) error {
+	c.mu.Lock()
+	c.puts++
+	n := c.puts
+	if n == c.failAt {
+		c.mu.Unlock()
+		return &domain.Error{Kind: domain.KindUnavailable, Code: domain.CodeStorageUnavailable, Message: "disc full"}
+	}
+	c.disc[t.ID] = true
+	c.mu.Unlock()
+	if n == c.afterPut {
+		_ = c.Sync(context.Background())
+	}
+	return nil
+}
+
+func (c *commitOnDisc) Remove(t domain.Task) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.disc, t.ID)
+	return nil
+}
+
+func (c *commitOnDisc) Sync(context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.durable = maps.Clone(c.disc)
+	return nil
+}
+
+// TestABatchTheStoreRefusesMidwayIsTakenBackDurably: the store writes a
+// batch's first item, another caller's flush makes that write durable, and
+// the second item's write fails (a full disc): the store removes the first
+// again and the batch is answered 503. That removal must be flushed before
+// the answer, or a power loss would bring the first item back beside the
+// client's retry: a batch stored in part, and a twin.
+func TestABatchTheStoreRefusesMidwayIsTakenBackDurably(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	disc := &commitOnDisc{disc: map[string]bool{}, failAt: 2, afterPut: 1}
+	svc := app.New(app.Deps{
+		Repo: index.New(index.WithPersister(disc)), Syncer: disc, Log: f.log, Notifier: notify.NewHub(),
+		Clock: f.clock, Compiler: schema.Compiler{},
+	})
+	items := [][]byte{[]byte(`{"url":"a"}`), []byte(`{"url":"b"}`), []byte(`{"url":"c"}`)}
+	if _, err := svc.PostBatch(context.Background(), f.q, "", items, app.PostOptions{}); domain.KindOf(err) != domain.KindUnavailable {
+		t.Fatalf("batch the store refuses: %v", err)
+	}
+	disc.mu.Lock()
+	defer disc.mu.Unlock()
+	if len(disc.disc) != 0 {
+		t.Errorf("the refused batch left files: %v", disc.disc)
+	}
+	if len(disc.durable) != 0 {
+		t.Errorf("after the 503, a power loss would leave the refused batch's tasks %v", disc.durable)
 	}
 }
 

@@ -155,6 +155,12 @@ func (s *Service) PostBatch(ctx context.Context, q *domain.Queue, user string, i
 			s.takeBack(ctx, q, said, unsaid)
 			return nil, err
 		case !errors.Is(err, domain.ErrExists):
+			// The store may have written some items before one failed,
+			// and removed them again; another caller's flush may have made
+			// those writes durable meanwhile. The removals are flushed
+			// before the answer, as takeBack's, or a power loss could bring
+			// part of the batch back beside the client's retry.
+			_ = s.syncer.Sync(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("post a batch to %s/%s: %w", q.Host, q.Name, err)
 		}
 		// An id taken (2^64 ids make it all but impossible): draw them all again.
