@@ -248,8 +248,15 @@ func (s *Service) claimOne(ctx context.Context, q *domain.Queue, worker string, 
 		// A store may apply fn to more than one task in one call (the
 		// PostgreSQL store's guess from its stock, then a locked read): only
 		// the last refusal counts, and none once a task is claimed.
-		var err error
+		//
+		// The pause is looked at again here, under the lock: a pause that
+		// landed while this claim waited for it has answered its manager,
+		// and from then on no claim may take a task.
 		spent = ""
+		if s.Paused(q) {
+			return errPausedMeanwhile
+		}
+		var err error
 		if *t, ev, err = t.ClaimUnder(worker, q.Settings, s.clock.Now()); errors.Is(err, domain.ErrAttemptsSpent) {
 			spent = t.ID
 		}
@@ -258,13 +265,15 @@ func (s *Service) claimOne(ctx context.Context, q *domain.Queue, worker string, 
 	switch {
 	case spent != "":
 		return domain.Task{}, nil, spent, nil // refused in fn: no Then ran, no subscription
-	case errors.Is(err, domain.ErrNotFound):
-		return fail(err)
+	case errors.Is(err, domain.ErrNotFound), errors.Is(err, errPausedMeanwhile):
+		return fail(domain.ErrNotFound) // a waiting claim waits on, for the resume's wake
 	case err != nil:
 		return fail(fmt.Errorf("claim in %s/%s: %w", q.Host, q.Name, err))
 	}
 	return t, sub, "", nil
 }
+
+var errPausedMeanwhile = errors.New("the queue was paused meanwhile")
 
 // CompileQuery checks a claim query up front (a socket answers a bad one
 // with an error before it waits).

@@ -1070,3 +1070,43 @@ func TestAClaimSkipsATaskALoweredMaxAttemptsHasSpent(t *testing.T) {
 		t.Errorf("a claim with nothing left: %v, want ErrNotFound", err)
 	}
 }
+
+// pausingRepo runs pause as each claim reaches the store: a pause that
+// lands while a claim that found the queue running waits for its lock.
+type pausingRepo struct {
+	ports.TaskRepository
+	pause func()
+}
+
+func (r *pausingRepo) ClaimNext(ctx context.Context, q domain.QueueRef, m ports.Matcher, now time.Time, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
+	r.pause()
+	return r.TaskRepository.ClaimNext(ctx, q, m, now, fn, then)
+}
+
+// TestAPauseStopsAClaimAlreadyOnItsWay: a claim that found the queue
+// running, then met a pause before it took a task, takes none. Once a
+// pause has answered, no claim decides to hand a task out (SPEC §12:
+// while paused, claims wait).
+func TestAPauseStopsAClaimAlreadyOnItsWay(t *testing.T) {
+	f := newFixture(t, domain.DefaultSettings())
+	ctx := context.Background()
+	repo := &pausingRepo{TaskRepository: f.repo, pause: func() {
+		if err := f.repo.SetPaused(ctx, f.q.Ref(), true); err != nil {
+			t.Error(err)
+		}
+	}}
+	svc := app.New(app.Deps{
+		Repo: repo, Syncer: f.sync, Log: f.log, Notifier: notify.NewHub(),
+		Clock: f.clock, Compiler: schema.Compiler{}, Pauses: f.repo,
+	})
+	posted, err := svc.Post(ctx, f.q, "alice", []byte(`{"url":"a"}`), app.PostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claimed, err := svc.Claim(ctx, f.q, "w", nil, 0); err == nil {
+		t.Errorf("the claim took %s after the pause", claimed.ID)
+	}
+	if got, err := svc.Get(ctx, f.q, posted.ID); err != nil || got.Status != domain.Pending || got.Attempts != 0 {
+		t.Errorf("the task is %s after %d attempts (%v); want pending, untouched", got.Status, got.Attempts, err)
+	}
+}
