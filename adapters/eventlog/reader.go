@@ -22,19 +22,21 @@ import (
 type Reader struct {
 	root    string                      // <logs>
 	durable func(context.Context) error // see Durable; nil: none
+	log     *Log                        // the writer Durable waits for; nil: none
 }
 
 // NewReader reads the logs folder dir (the serve --logs folder).
 func NewReader(dir string) *Reader { return &Reader{root: dir} }
 
 // Durable has ReadLines serve only lines that are durable, for the server
-// that writes them: once it knows how far a day file reaches, it calls
-// sync (the server's ports.Syncer) and reads no further. A line is written
-// before the commit that makes it durable, and a client that mirrors the
-// log (SPEC §8) must not keep a line that a power loss then takes away:
-// the line written in its place would be skipped, or read twice.
-func (r *Reader) Durable(sync func(context.Context) error) *Reader {
-	r.durable = sync
+// that writes them with l: once it knows how far a day file reaches, it
+// waits for l to have recorded what it wrote there, calls sync (the
+// server's ports.Syncer) and reads no further. A line is written before
+// the commit that makes it durable, and a client that mirrors the log
+// (SPEC §8) must not keep a line that a power loss then takes away: the
+// line written in its place would be skipped, or read twice.
+func (r *Reader) Durable(l *Log, sync func(context.Context) error) *Reader {
+	r.durable, r.log = sync, l
 	return r
 }
 
@@ -102,6 +104,9 @@ func (r *Reader) ReadLines(day string, offset int64, limit int, keep func(host, 
 		return nil, 0, err
 	}
 	if r.durable != nil && fi.Size() > offset {
+		if r.log != nil {
+			r.log.recorded()
+		}
 		if err := r.durable(context.Background()); err != nil {
 			return nil, 0, fmt.Errorf("read day file %s: %w", day, err)
 		}

@@ -7,7 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -306,7 +308,7 @@ func TestADurableReaderServesOnlyWhatItsSyncCovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	var syncs int
-	r := eventlog.NewReader(dir).Durable(func(context.Context) error {
+	r := eventlog.NewReader(dir).Durable(nil, func(context.Context) error {
 		syncs++
 		if syncs == 1 { // a line written while the first sync runs
 			f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
@@ -339,10 +341,71 @@ func TestADurableReaderServesOnlyWhatItsSyncCovers(t *testing.T) {
 		t.Fatalf("a read at the end = %v, %d syncs; want nothing and no sync", err, syncs)
 	}
 
-	failing := eventlog.NewReader(dir).Durable(func(context.Context) error {
+	failing := eventlog.NewReader(dir).Durable(nil, func(context.Context) error {
 		return domain.E(domain.KindUnavailable, domain.CodeStorageUnavailable, "flush failed")
 	})
 	if got, _, err := failing.ReadLines("2026-07-26", 0, 1<<20, all); domain.KindOf(err) != domain.KindUnavailable || got != nil {
 		t.Fatalf("a read whose sync fails = %q, %v; want no lines and the failure", got, err)
+	}
+}
+
+// slowJournal holds each Append, the line already written to its day file,
+// until the test lets it go, and says how many it has recorded.
+type slowJournal struct {
+	entered  chan struct{}
+	release  chan struct{}
+	recorded atomic.Int32
+}
+
+func (j *slowJournal) Append(string, int64, []byte) {
+	j.entered <- struct{}{}
+	<-j.release
+	j.recorded.Add(1)
+}
+
+func (j *slowJournal) BeforeCommit(func() error) {}
+
+// TestADurableReaderWaitsForTheLineToBeRecorded: a line is written to its
+// day file before the journal records it. A durable read that sees the
+// line must not sync before the record is in: a sync that finds no record
+// waiting returns at once, and the line would be served with nothing to
+// make it durable.
+func TestADurableReaderWaitsForTheLineToBeRecorded(t *testing.T) {
+	dir := t.TempDir()
+	l := mustOpen(t, dir)
+	j := &slowJournal{entered: make(chan struct{}), release: make(chan struct{})}
+	l.UseJournal(j)
+	ev := lifecycle(t)["posted"]
+	appended := make(chan error, 1)
+	go func() { appended <- l.Append(context.Background(), ev, false) }()
+	<-j.entered // the line is in the file, its record not yet
+
+	var recordedAtSync int32 = -1
+	r := eventlog.NewReader(dir).Durable(l, func(context.Context) error {
+		recordedAtSync = j.recorded.Load()
+		return nil
+	})
+	read := make(chan error, 1)
+	go func() {
+		_, _, err := r.ReadLines(ev.At.UTC().Format(time.DateOnly), 0, 1<<20, func(string, string) bool { return true })
+		read <- err
+	}()
+	select {
+	case err := <-read: // served at once: it must have synced after the record
+		close(j.release)
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(50 * time.Millisecond): // waiting, as it should
+		close(j.release)
+		if err := <-read; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-appended; err != nil {
+		t.Fatal(err)
+	}
+	if recordedAtSync != 1 {
+		t.Errorf("the read synced with %d lines recorded, want the line it served (1)", recordedAtSync)
 	}
 }

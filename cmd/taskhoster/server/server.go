@@ -320,7 +320,7 @@ var EventLogModule = fx.Module("eventlog",
 			return errors.Join(l.Sync(), l.Close())
 		}))
 		// Lines are served once durable: a mirror keeps what it reads.
-		return l, l, l, eventlog.NewReader(cfg.Logs).Durable(d.Sync), nil
+		return l, l, l, eventlog.NewReader(cfg.Logs).Durable(l, d.Sync), nil
 	}),
 )
 
