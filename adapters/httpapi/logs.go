@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -100,8 +101,12 @@ func (a *API) logLines(w http.ResponseWriter, r *http.Request) {
 }
 
 // logPayload answers GET /_logs/payloads/{queue}/{id}/{file} with the body as
-// archived. http.ServeContent adds Range and If-Modified-Since, so a client
-// can resume a large body or skip one it already has.
+// archived. http.ServeContent adds Range, If-Modified-Since and, by the
+// ETag, If-None-Match and If-Range, so a client can resume a large body or
+// skip one it already has. Last-Modified names a whole second, within which
+// a body can change (progress.jsonl grows with each report): the ETag, of
+// the body's size and its change to the nanosecond, tells a client that
+// holds an older body, where If-Modified-Since alone would answer 304.
 func (a *API) logPayload(w http.ResponseWriter, r *http.Request) {
 	q := queueOf(r)
 	if _, err := a.authorize(r, domain.ActionLogs); err != nil {
@@ -124,6 +129,7 @@ func (a *API) logPayload(w http.ResponseWriter, r *http.Request) {
 	// a page of this host.
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.Header().Set("Cache-Control", "private, no-cache")
+	w.Header().Set("ETag", fmt.Sprintf(`"%x-%x"`, p.Size(), p.ModTime.UnixNano()))
 	http.ServeContent(w, r, file, p.ModTime, p)
 }
 

@@ -362,3 +362,52 @@ func TestLogPruneAtStartUp(t *testing.T) {
 		t.Errorf("kept payload: %d %s", r.Status, r.Body)
 	}
 }
+
+// TestLogPayloadsRevalidateByContent: a body can change within the second
+// its Last-Modified names (progress.jsonl grows with each report), so a
+// client revalidating a body it holds (Cache-Control no-cache) must be
+// told by an ETag that follows the body, or it would get 304 for a
+// progress.jsonl that has grown.
+func TestLogPayloadsRevalidateByContent(t *testing.T) {
+	t.Parallel()
+	d := newDirs(t)
+	logQueues(t, d)
+	s := start(t, d)
+	id := s.post("archived", aliceToken, itemPosted)
+	if r := s.do("POST", "/archived/claim", boxToken, `{"worker":"box-1"}`); r.Status != http.StatusOK {
+		t.Fatalf("claim: %d %s", r.Status, r.Body)
+	}
+	progress := func(p string) {
+		t.Helper()
+		if r := s.do("POST", "/archived/"+id+"/progress", boxToken, `{"worker":"box-1","progress":`+p+`}`); r.Status != http.StatusOK {
+			t.Fatalf("progress: %d %s", r.Status, r.Body)
+		}
+	}
+	path := "/_logs/payloads/archived/" + id + "/progress.jsonl"
+	fetch := func(etag string) response {
+		t.Helper()
+		var h http.Header
+		if etag != "" {
+			h = http.Header{"If-None-Match": {etag}}
+		}
+		return s.doHeader("GET", path, host, aliceToken, "", h)
+	}
+
+	progress(`{"percent":40}`)
+	first := fetch("")
+	etag := first.Header.Get("ETag")
+	if first.Status != http.StatusOK || etag == "" {
+		t.Fatalf("first fetch: %d, ETag %q; want 200 with an ETag", first.Status, etag)
+	}
+	if r := fetch(etag); r.Status != http.StatusNotModified {
+		t.Errorf("the same body revalidated: %d, want 304", r.Status)
+	}
+	progress(`{"percent":80}`)
+	grown := fetch(etag)
+	if want := `{"percent":40}` + "\n" + `{"percent":80}` + "\n"; grown.Status != http.StatusOK || string(grown.Body) != want {
+		t.Errorf("the grown body revalidated: %d %q, want 200 %q", grown.Status, grown.Body, want)
+	}
+	if next := grown.Header.Get("ETag"); next == "" || next == etag {
+		t.Errorf("the grown body's ETag %q, want a new one (was %q)", next, etag)
+	}
+}
