@@ -257,14 +257,18 @@ class WorkerTest(ServerTest):
         # A claim whose answer comes garbled (http.client raises BadStatusLine,
         # no OSError) is connection trouble: the slot claims again, rather
         # than end and leave the worker a slot short, here without any. The
-        # task is posted after: a task the garbled claim took would stay
+        # task is posted once the garbled claim's connection is closed: a
+        # task that claim took, still waiting on the server, would stay
         # with this worker until its lease lapsed.
         garbled = threading.Event()
 
         class Garbled(http.client.HTTPConnection):
             def getresponse(self) -> http.client.HTTPResponse:
-                garbled.set()
                 raise http.client.BadStatusLine("HTTX/9 ???")
+
+            def close(self) -> None:
+                super().close()
+                garbled.set()
 
         class GarblesFirstClaim(Client):
             garbled = False
