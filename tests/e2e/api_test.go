@@ -360,3 +360,26 @@ func TestConcurrentClaimsAndResults(t *testing.T) {
 		t.Errorf("%d result events, want %d", results, tasks)
 	}
 }
+
+// TestOtherMethodsOnServerPaths: /_health and /_openapi.json are known
+// paths too, so any other method on them is 405 method_not_allowed with
+// Allow: GET (SPEC §3), not the 404 unknown_queue of a queue named
+// "_health" that POST /{queue} would give.
+func TestOtherMethodsOnServerPaths(t *testing.T) {
+	t.Parallel()
+	s := start(t, newDirs(t))
+	for _, path := range []string{"/_health", "/_openapi.json"} {
+		for _, method := range []string{"POST", "PUT", "DELETE", "PATCH"} {
+			r := s.do(method, path, aliceToken, `{}`)
+			if r.Status != http.StatusMethodNotAllowed || r.JSON(t)["error"] != "method_not_allowed" {
+				t.Errorf("%s %s: %d %s, want 405 method_not_allowed", method, path, r.Status, r.Body)
+			}
+			if got := r.Header.Values("Allow"); len(got) != 1 || got[0] != "GET" {
+				t.Errorf("%s %s: Allow %q, want [GET]", method, path, got)
+			}
+		}
+		if r := s.do("GET", path, "", ""); r.Status != http.StatusOK {
+			t.Errorf("GET %s: %d %s", path, r.Status, r.Body)
+		}
+	}
+}
