@@ -383,3 +383,29 @@ func TestOtherMethodsOnServerPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestUnauthorizedChallengeIsBearer: a 401, over HTTP or on a socket's
+// upgrade, carries exactly the challenge SPEC §2 names,
+// "WWW-Authenticate: Bearer".
+func TestUnauthorizedChallengeIsBearer(t *testing.T) {
+	t.Parallel()
+	s := start(t, newDirs(t))
+	for _, c := range []struct{ method, path, token string }{
+		{"POST", "/resize", ""},
+		{"GET", "/resize", "00000000000000000000000000000000"},
+		{"POST", "/resize/claim", ""},
+	} {
+		r := s.do(c.method, c.path, c.token, "")
+		if got := r.Header.Values("WWW-Authenticate"); r.Status != http.StatusUnauthorized || len(got) != 1 || got[0] != "Bearer" {
+			t.Errorf("%s %s: %d, WWW-Authenticate %q, want 401 and [Bearer]", c.method, c.path, r.Status, got)
+		}
+	}
+	_, resp, err := s.dialRaw("/resize/work", "")
+	if err == nil || resp == nil {
+		t.Fatalf("dial without a token: %v", err)
+	}
+	resp.Body.Close()
+	if got := resp.Header.Values("WWW-Authenticate"); resp.StatusCode != http.StatusUnauthorized || len(got) != 1 || got[0] != "Bearer" {
+		t.Errorf("upgrade without a token: %d, WWW-Authenticate %q, want 401 and [Bearer]", resp.StatusCode, got)
+	}
+}
