@@ -75,7 +75,11 @@ func New(svc *app.Service, config ports.Config, opt Options) *API {
 	}
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { a.writeError(w, r, errNoRoute) })
 	r.MethodNotAllowed(a.methodNotAllowed)
-	r.Get("/_health", func(w http.ResponseWriter, r *http.Request) {
+	// /_health and the document take every method, answering 405 to all
+	// but GET themselves: registered for GET alone, chi would fall back
+	// to /{queue} for the others and answer 404 unknown_queue (SPEC §3:
+	// any other method on a known path is 405).
+	r.HandleFunc("/_health", only(http.MethodGet, func(w http.ResponseWriter, r *http.Request) {
 		if opt.Stopped != nil {
 			if err := opt.Stopped(); err != nil {
 				a.writeError(w, r, domain.E(domain.KindUnavailable, domain.CodeStorageUnavailable,
@@ -84,8 +88,8 @@ func New(svc *app.Service, config ports.Config, opt Options) *API {
 			}
 		}
 		writeJSON(w, http.StatusOK, map[string]bool{"ok": true})
-	})
-	r.Get(DocumentPath, serveDocument)
+	}))
+	r.HandleFunc(DocumentPath, only(http.MethodGet, serveDocument))
 	r.Group(func(r chi.Router) {
 		r.Use(a.resolveHost)
 		r.Get("/", a.hostInfo)

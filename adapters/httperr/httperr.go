@@ -94,7 +94,9 @@ func (r Reply) ServerFault() bool { return r.Status >= http.StatusInternalServer
 // Write sends the reply as an HTTP response, with the challenge a 401 needs.
 func (r Reply) Write(w http.ResponseWriter) {
 	if r.Status == http.StatusUnauthorized {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="taskhoster"`)
+		// Exactly the challenge SPEC §2 names: a realm would say nothing the
+		// Host header does not, and clients comparing the value would miss it.
+		w.Header().Set("WWW-Authenticate", "Bearer")
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(r.Status)

@@ -88,7 +88,7 @@ func TestWrite(t *testing.T) {
 		body, authenticated string
 	}{
 		{domain.E(domain.KindUnauthorized, domain.CodeUnauthorized, "token needed"), 401,
-			`{"error":"unauthorized","message":"token needed","details":[]}` + "\n", `Bearer realm="taskhoster"`},
+			`{"error":"unauthorized","message":"token needed","details":[]}` + "\n", "Bearer"},
 		{errors.New("boom"), 500, `{"error":"internal","message":"internal error","details":[]}` + "\n", ""},
 	}
 	for _, c := range cases {

@@ -360,3 +360,52 @@ func TestConcurrentClaimsAndResults(t *testing.T) {
 		t.Errorf("%d result events, want %d", results, tasks)
 	}
 }
+
+// TestOtherMethodsOnServerPaths: /_health and /_openapi.json are known
+// paths too, so any other method on them is 405 method_not_allowed with
+// Allow: GET (SPEC §3), not the 404 unknown_queue of a queue named
+// "_health" that POST /{queue} would give.
+func TestOtherMethodsOnServerPaths(t *testing.T) {
+	t.Parallel()
+	s := start(t, newDirs(t))
+	for _, path := range []string{"/_health", "/_openapi.json"} {
+		for _, method := range []string{"POST", "PUT", "DELETE", "PATCH"} {
+			r := s.do(method, path, aliceToken, `{}`)
+			if r.Status != http.StatusMethodNotAllowed || r.JSON(t)["error"] != "method_not_allowed" {
+				t.Errorf("%s %s: %d %s, want 405 method_not_allowed", method, path, r.Status, r.Body)
+			}
+			if got := r.Header.Values("Allow"); len(got) != 1 || got[0] != "GET" {
+				t.Errorf("%s %s: Allow %q, want [GET]", method, path, got)
+			}
+		}
+		if r := s.do("GET", path, "", ""); r.Status != http.StatusOK {
+			t.Errorf("GET %s: %d %s", path, r.Status, r.Body)
+		}
+	}
+}
+
+// TestUnauthorizedChallengeIsBearer: a 401, over HTTP or on a socket's
+// upgrade, carries exactly the challenge SPEC §2 names,
+// "WWW-Authenticate: Bearer".
+func TestUnauthorizedChallengeIsBearer(t *testing.T) {
+	t.Parallel()
+	s := start(t, newDirs(t))
+	for _, c := range []struct{ method, path, token string }{
+		{"POST", "/resize", ""},
+		{"GET", "/resize", "00000000000000000000000000000000"},
+		{"POST", "/resize/claim", ""},
+	} {
+		r := s.do(c.method, c.path, c.token, "")
+		if got := r.Header.Values("WWW-Authenticate"); r.Status != http.StatusUnauthorized || len(got) != 1 || got[0] != "Bearer" {
+			t.Errorf("%s %s: %d, WWW-Authenticate %q, want 401 and [Bearer]", c.method, c.path, r.Status, got)
+		}
+	}
+	_, resp, err := s.dialRaw("/resize/work", "")
+	if err == nil || resp == nil {
+		t.Fatalf("dial without a token: %v", err)
+	}
+	resp.Body.Close()
+	if got := resp.Header.Values("WWW-Authenticate"); resp.StatusCode != http.StatusUnauthorized || len(got) != 1 || got[0] != "Bearer" {
+		t.Errorf("upgrade without a token: %d, WWW-Authenticate %q, want 401 and [Bearer]", resp.StatusCode, got)
+	}
+}
