@@ -28,6 +28,8 @@ type API struct {
 	config ports.Config
 	logger *zap.Logger
 	router chi.Router
+	// queueRoutes are the routes under /{queue} (methodNotAllowed).
+	queueRoutes chi.Router
 	// extra routes mounted by other adapters (the worker socket, watch, logs).
 	sockets Sockets
 	logs    LogReader
@@ -99,7 +101,7 @@ func New(svc *app.Service, config ports.Config, opt Options) *API {
 		if opt.Dashboard != nil {
 			r.Mount("/_dash", opt.Dashboard)
 		}
-		r.Route("/{queue}", func(r chi.Router) {
+		a.queueRoutes = r.Route("/{queue}", func(r chi.Router) {
 			r.Use(a.resolveQueue)
 			r.Get("/", a.queueInfo)
 			r.Post("/", a.post)
@@ -143,9 +145,15 @@ func only(method string, h http.HandlerFunc) http.HandlerFunc {
 // the path to itself once a handler of our own answers, so the Allow header
 // asks the router again, method by method: only a refused request pays.
 func (a *API) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	router, path := a.router, r.URL.Path
+	if rest := strings.TrimSuffix(strings.TrimPrefix(path, "/"), "/"); rest != "" && !strings.Contains(rest, "/") {
+		// A queue's own path: chi's Match takes it for the mount of the
+		// queue's routes, which takes every method; its routes say.
+		router, path = a.queueRoutes, "/"
+	}
 	var allow []string
 	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
-		if a.router.Match(chi.NewRouteContext(), m, r.URL.Path) {
+		if router.Match(chi.NewRouteContext(), m, path) {
 			allow = append(allow, m)
 		}
 	}

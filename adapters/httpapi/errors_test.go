@@ -107,11 +107,22 @@ func TestErrorsNameWhatIsWrong(t *testing.T) {
 // has no route for) lists in Allow the methods it has.
 func TestRouterMethodNotAllowedListsAllow(t *testing.T) {
 	api, _ := newAPI(t)
-	req := httptest.NewRequest("PUT", "http://"+testHost+"/open/0123456789abcdef", nil)
-	rec := httptest.NewRecorder()
-	api.ServeHTTP(rec, req)
-	if diff := cmp.Diff([]string{"GET", "DELETE"}, rec.Header().Values("Allow")); rec.Code != 405 || diff != "" {
-		t.Errorf("%d, Allow (-want +got):\n%s", rec.Code, diff)
+	for _, c := range []struct {
+		method, path string
+		allow        []string
+	}{
+		{"PUT", "/open/0123456789abcdef", []string{"GET", "DELETE"}},
+		// A queue's own path: DELETE is a task's (/{queue}/{id}), not the
+		// queue's, so it is no method the queue's path allows.
+		{"DELETE", "/open", []string{"GET", "POST"}},
+		{"PUT", "/open/", []string{"GET", "POST"}},
+	} {
+		req := httptest.NewRequest(c.method, "http://"+testHost+c.path, nil)
+		rec := httptest.NewRecorder()
+		api.ServeHTTP(rec, req)
+		if diff := cmp.Diff(c.allow, rec.Header().Values("Allow")); rec.Code != 405 || diff != "" {
+			t.Errorf("%s %s: %d, Allow (-want +got):\n%s", c.method, c.path, rec.Code, diff)
+		}
 	}
 }
 
