@@ -520,9 +520,13 @@ func (n *Notifier) listenOnce(ctx context.Context) (listened bool, err error) {
 		case err == nil:
 		case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
 			// No news for a while: is anyone there? (A timeout leaves
-			// pgx's connection usable.)
+			// pgx's connection usable.) The ping is the LISTEN again (a
+			// no-op for a channel already listened to), not pgx's
+			// "-- ping": a server joining later finds this one by its
+			// session's last statement (lookAround), and after any other
+			// it would think itself alone and neither side would send.
 			pctx, cancel := context.WithTimeout(ctx, n.ping)
-			err := conn.Ping(pctx)
+			_, err := conn.Exec(pctx, listenQuery)
 			cancel()
 			if err != nil {
 				return true, fmt.Errorf("listener connection unanswered: %w", err)
