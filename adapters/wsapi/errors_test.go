@@ -70,9 +70,9 @@ func TestMessageFieldsAreStrict(t *testing.T) {
 	c := f.dial(t, "/work")
 	cases := []struct{ send, want string }{
 		{`{"type":"claim","ref":1,"qeury":{}}`,
-			`{"type":"error","ref":1,"error":"invalid_request","message":"unknown field \"qeury\" (a message takes type, ref, id, query, progress, result, delay, reason)","details":[]}`},
+			`{"type":"error","ref":1,"error":"invalid_request","message":"unknown field \"qeury\" (a message takes type, ref, id, worker, query, progress, result, delay, reason)","details":[]}`},
 		{`{"type":"heartbeat","ref":3,"id":"0123456789abcdef","lease":{}}`,
-			`{"type":"error","ref":3,"error":"invalid_request","message":"unknown field \"lease\" (a message takes type, ref, id, query, progress, result, delay, reason)","details":[]}`},
+			`{"type":"error","ref":3,"error":"invalid_request","message":"unknown field \"lease\" (a message takes type, ref, id, worker, query, progress, result, delay, reason)","details":[]}`},
 		{`{"type":"release","ref":4,"id":"0123456789abcdef","delay":"soon"}`,
 			`{"type":"error","ref":4,"error":"invalid_json","message":"\"delay\" must be a number, not a string","details":[]}`},
 		{`{"type":"claim","ref":5,`,
@@ -99,5 +99,45 @@ func TestMessageFieldsAreStrict(t *testing.T) {
 	got := read(t, c)
 	if !strings.HasPrefix(got, `{"type":"task","ref":6,"id":"`+task.ID+`","item":{"name":"<b>&</b>"}`) {
 		t.Errorf("claim after refusals: %s (the item must not be HTML-escaped)", got)
+	}
+}
+
+// TestMessagesMayNameTheirWorker: a socket message is the HTTP body of the
+// same call with type and id (SPEC §11), and those bodies name the worker.
+// The socket speaks for the worker it connected as (?worker=): a message
+// naming that worker is taken as it is, one naming another is refused and
+// changes nothing.
+func TestMessagesMayNameTheirWorker(t *testing.T) {
+	f := newFixture(t, index.New(), wsapi.Options{})
+	c := f.dial(t, "/work?worker=w1")
+	task, err := f.svc.Post(context.Background(), f.q, "", []byte(`{"url":"a"}`), app.PostOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(msg string) map[string]any {
+		t.Helper()
+		if err := c.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		var reply map[string]any
+		if err := json.Unmarshal([]byte(read(t, c)), &reply); err != nil {
+			t.Fatal(err)
+		}
+		return reply
+	}
+	if r := send(`{"type":"claim","ref":1,"worker":"w1"}`); r["type"] != "task" || r["id"] != task.ID {
+		t.Fatalf("claim naming its worker: %v, want the task", r)
+	}
+	if r := send(`{"type":"heartbeat","ref":2,"id":"` + task.ID + `","worker":"w1"}`); r["type"] != "ack" || r["accepted"] != true {
+		t.Errorf("heartbeat naming its worker: %v, want accepted", r)
+	}
+	if r := send(`{"type":"progress","ref":3,"id":"` + task.ID + `","worker":"w2","progress":1}`); r["type"] != "error" || r["error"] != "invalid_request" {
+		t.Errorf("progress naming another worker: %v, want invalid_request", r)
+	}
+	if got, err := f.svc.Get(context.Background(), f.q, task.ID); err != nil || got.Progress != nil {
+		t.Errorf("after the refused progress the task has progress %s (%v), want none", got.Progress, err)
+	}
+	if r := send(`{"type":"result","ref":4,"id":"` + task.ID + `","worker":"w1","result":{}}`); r["type"] != "ack" || r["accepted"] != true {
+		t.Errorf("result naming its worker: %v, want accepted", r)
 	}
 }

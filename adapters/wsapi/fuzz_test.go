@@ -39,6 +39,10 @@ func FuzzWorkerMessage(f *testing.F) {
 		`{"type":"result","ref":{"a":1},"id":"0123456789abcdef","result":"<b>&</b>","extra":1}`,
 		`{"type":"claim"} {"type":"claim"}`,
 		`{"type":1}`,
+		// The worker field: the socket's own name, another, the wrong type.
+		`{"type":"heartbeat","id":"0123456789abcdef","worker":"box"}`,
+		`{"type":"result","id":"0123456789abcdef","worker":"someone else","result":1}`,
+		`{"type":"claim","worker":7}`,
 		`[]`, `null`, `{`, ``, "\xff",
 	} {
 		f.Add([]byte(seed))

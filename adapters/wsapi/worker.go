@@ -144,6 +144,7 @@ type message struct {
 	Type     string          `json:"type"`
 	Ref      json.RawMessage `json:"ref"`
 	ID       string          `json:"id"`
+	Worker   *string         `json:"worker"` // optional: the socket's own (?worker=)
 	Query    json.RawMessage `json:"query"`
 	Progress json.RawMessage `json:"progress"`
 	Result   json.RawMessage `json:"result"`
@@ -202,6 +203,14 @@ func (w *worker) handle(data []byte) {
 		// A message of the wrong shape still yields its ref when it has one
 		// (the decoder fills what it can), so the error can be matched.
 		w.fail(m.Ref, err)
+		return
+	}
+	if m.Worker != nil && *m.Worker != w.name {
+		// A message is the HTTP body of its call with type and id (SPEC
+		// §11), worker included; but a socket speaks for the worker it
+		// connected as, never for another.
+		w.fail(m.Ref, domain.E(domain.KindInvalid, domain.CodeInvalidRequest,
+			"worker %q: this socket works as %q (?worker= when it connected)", *m.Worker, w.name))
 		return
 	}
 	q, err := w.refresh()
