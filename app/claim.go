@@ -197,29 +197,47 @@ type arriver interface {
 
 // claimStored is the claim itself, stored and logged, not flushed: the
 // caller flushes before it answers (ClaimMany, once for all its claims).
-// A task it finds whose attempts are spent (a reload lowered maxAttempts
-// while it waited) it makes a dead letter, and it takes the next: however
+// A task it finds that it may not hand out it ends as the rules say, and
+// it takes the next: one whose attempts are spent (a reload lowered
+// maxAttempts while it waited) becomes a dead letter; one older than
+// queueSeconds, which the sweep has not reached yet, times out. However
 // many there are, since a claim that gave up would wait with claimable
 // tasks behind them, and no wake to come for those.
 func (s *Service) claimStored(ctx context.Context, q *domain.Queue, worker string, m ports.Matcher, buffer int) (domain.Task, ports.Subscription, error) {
 	for {
-		t, sub, spent, err := s.claimOne(ctx, q, worker, m, buffer)
-		if spent == "" {
+		t, sub, over, err := s.claimOne(ctx, q, worker, m, buffer)
+		switch {
+		case over.id == "":
 			return t, sub, err
+		case over.late:
+			err = s.apply(ctx, q, over.id, domain.DueTimeout) // the sweep's own, come early
+		default:
+			_, err = s.transition(ctx, q, over.id, func(t domain.Task, now time.Time) (domain.Task, domain.Event, error) {
+				return t.Exhaust(q.Settings, now)
+			})
+			if isStateConflict(err) || errors.Is(err, domain.ErrNotFound) {
+				err = nil
+			}
 		}
-		if _, err := s.transition(ctx, q, spent, func(t domain.Task, now time.Time) (domain.Task, domain.Event, error) {
-			return t.Exhaust(q.Settings, now)
-		}); err != nil && !isStateConflict(err) && !errors.Is(err, domain.ErrNotFound) {
+		if err != nil {
 			return domain.Task{}, nil, fmt.Errorf("claim in %s/%s: %w", q.Host, q.Name, err)
 		}
 	}
 }
 
-// claimOne claims the first task m matches, or reports the id of one whose
-// attempts are spent (domain.ErrAttemptsSpent), left as it was.
-func (s *Service) claimOne(ctx context.Context, q *domain.Queue, worker string, m ports.Matcher, buffer int) (_ domain.Task, _ ports.Subscription, spent string, _ error) {
+// overdue is a pending task a claim met but may not hand out: its attempts
+// are spent (domain.ErrAttemptsSpent), or it outlived its queue (late,
+// domain.ErrQueueTimeUp).
+type overdue struct {
+	id   string
+	late bool
+}
+
+// claimOne claims the first task m matches, or reports one it may not hand
+// out, left as it was (overdue).
+func (s *Service) claimOne(ctx context.Context, q *domain.Queue, worker string, m ports.Matcher, buffer int) (_ domain.Task, _ ports.Subscription, over overdue, _ error) {
 	if s.Paused(q) {
-		return domain.Task{}, nil, "", domain.ErrNotFound // a paused queue hands nothing out
+		return domain.Task{}, nil, overdue{}, domain.ErrNotFound // a paused queue hands nothing out
 	}
 	var ev domain.Event
 	ctx, then := s.staging(ctx, q, &ev)
@@ -232,11 +250,11 @@ func (s *Service) claimOne(ctx context.Context, q *domain.Queue, worker string, 
 			return err
 		}
 	}
-	fail := func(err error) (domain.Task, ports.Subscription, string, error) {
+	fail := func(err error) (domain.Task, ports.Subscription, overdue, error) {
 		if sub != nil {
 			sub.Close()
 		}
-		return domain.Task{}, nil, "", err
+		return domain.Task{}, nil, overdue{}, err
 	}
 	t, err := s.repo.ClaimNext(ctx, q.Ref(), m, s.clock.Now(), func(t *domain.Task) error {
 		// The claim's own time is read here, under the store's lock, not
@@ -252,25 +270,29 @@ func (s *Service) claimOne(ctx context.Context, q *domain.Queue, worker string, 
 		// The pause is looked at again here, under the lock: a pause that
 		// landed while this claim waited for it has answered its manager,
 		// and from then on no claim may take a task.
-		spent = ""
+		over = overdue{}
 		if s.Paused(q) {
 			return errPausedMeanwhile
 		}
 		var err error
-		if *t, ev, err = t.ClaimUnder(worker, q.Settings, s.clock.Now()); errors.Is(err, domain.ErrAttemptsSpent) {
-			spent = t.ID
+		*t, ev, err = t.ClaimUnder(worker, q.Settings, s.clock.Now())
+		switch {
+		case errors.Is(err, domain.ErrAttemptsSpent):
+			over = overdue{id: t.ID}
+		case errors.Is(err, domain.ErrQueueTimeUp):
+			over = overdue{id: t.ID, late: true}
 		}
 		return err
 	}, then)
 	switch {
-	case spent != "":
-		return domain.Task{}, nil, spent, nil // refused in fn: no Then ran, no subscription
+	case over.id != "":
+		return domain.Task{}, nil, over, nil // refused in fn: no Then ran, no subscription
 	case errors.Is(err, domain.ErrNotFound), errors.Is(err, errPausedMeanwhile):
 		return fail(domain.ErrNotFound) // a waiting claim waits on, for the resume's wake
 	case err != nil:
 		return fail(fmt.Errorf("claim in %s/%s: %w", q.Host, q.Name, err))
 	}
-	return t, sub, "", nil
+	return t, sub, overdue{}, nil
 }
 
 var errPausedMeanwhile = errors.New("the queue was paused meanwhile")

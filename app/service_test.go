@@ -1071,6 +1071,33 @@ func TestAClaimSkipsATaskALoweredMaxAttemptsHasSpent(t *testing.T) {
 	}
 }
 
+// TestAClaimTimesOutATaskPastItsQueueTime: a claim that meets a pending
+// task older than queueSeconds before the sweep does (it runs every second
+// or so) times it out as the sweep would, and takes the task behind it: a
+// worker handed it would see its result refused once the sweep came.
+func TestAClaimTimesOutATaskPastItsQueueTime(t *testing.T) {
+	s := domain.DefaultSettings()
+	s.QueueSeconds = 10
+	f := newFixture(t, s)
+	ctx := context.Background()
+	old := f.post(t, `{"url":"old"}`)
+	f.clock.Advance(5 * time.Second)
+	young := f.post(t, `{"url":"young"}`)
+	f.clock.Advance(5*time.Second + time.Millisecond) // old is 10.001 s old, young 5.001 s
+
+	got, err := f.svc.Claim(ctx, f.q, "w", nil, 0)
+	if err != nil || got.ID != young.ID {
+		t.Fatalf("claim = %s, %v; want %s, the task behind the one past its queue time", got.ID, err, young.ID)
+	}
+	late, err := f.svc.Get(ctx, f.q, old.ID)
+	if err != nil || late.Status != domain.Failed || late.Error == nil || *late.Error != domain.TimeoutError || late.Attempts != 0 {
+		t.Fatalf("the old task = %+v, %v; want failed with error timeout, never claimed", late, err)
+	}
+	if diff := cmp.Diff([]domain.EventKind{domain.EventPosted, domain.EventTimeout}, f.log.Kinds(old.ID)); diff != "" {
+		t.Errorf("the old task's events (-want +got):\n%s", diff)
+	}
+}
+
 // pausingRepo runs pause as each claim reaches the store: a pause that
 // lands while a claim that found the queue running waits for its lock.
 type pausingRepo struct {

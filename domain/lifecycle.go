@@ -114,11 +114,22 @@ func (t Task) Claim(worker string, lease time.Duration, now time.Time) (Task, Ev
 // dead letter (Exhaust) and takes the next task; no client sees this.
 var ErrAttemptsSpent = errors.New("the task's attempts are spent")
 
-// ClaimUnder is Claim under a queue's settings s: its lease, and no claim
-// past maxAttempts (SPEC §11: no task is handed out more than maxAttempts
-// times, whatever maxAttempts is now).
+// ErrQueueTimeUp refuses the claim of a pending task older than its
+// queue's queueSeconds (ClaimUnder): the sweep, which runs every second or
+// so, has not failed it yet. Handed out, it would be failed under its
+// worker, whose result would then be refused. The claim's caller times it
+// out (Timeout) and takes the next task; no client sees this.
+var ErrQueueTimeUp = errors.New("the task outlived its queue")
+
+// ClaimUnder is Claim under a queue's settings s: its lease, no claim past
+// maxAttempts (SPEC §11: no task is handed out more than maxAttempts
+// times, whatever maxAttempts is now), and none past queueSeconds.
 func (t Task) ClaimUnder(worker string, s Settings, now time.Time) (Task, Event, error) {
-	if t.Status == Pending && s.Exhausted(t.Attempts) {
+	switch {
+	case t.Status != Pending:
+	case DueAt(t, s, now) == DueTimeout:
+		return t, Event{}, ErrQueueTimeUp
+	case s.Exhausted(t.Attempts):
 		return t, Event{}, ErrAttemptsSpent
 	}
 	return t.Claim(worker, s.Lease(), now)

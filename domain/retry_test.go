@@ -303,12 +303,14 @@ func TestPriorityIsIdentity(t *testing.T) {
 // claim hands it out again (SPEC §11), and it becomes a dead letter as it
 // would have on its last return.
 func TestAClaimPastALoweredMaxAttemptsIsRefused(t *testing.T) {
-	r := Retry{Settings: Settings{MaxAttempts: 5}}
+	r := Retry{Settings: DefaultSettings()}
+	r.Settings.MaxAttempts = 5
 	task := claimedTimes(t, mustPost(t), 3, at(time.Second), r)
 	if task.Status != Pending || task.Attempts != 3 {
 		t.Fatalf("after three returns: %s with %d attempts, want pending with 3", task.Status, task.Attempts)
 	}
-	lowered := Settings{MaxAttempts: 3, LeaseSeconds: 60}
+	lowered := r.Settings
+	lowered.MaxAttempts = 3
 	if _, _, err := task.ClaimUnder("box-4", lowered, at(time.Hour)); !errors.Is(err, ErrAttemptsSpent) {
 		t.Fatalf("claim past the lowered maxAttempts: %v, want ErrAttemptsSpent", err)
 	}
@@ -338,5 +340,26 @@ func TestAClaimPastALoweredMaxAttemptsIsRefused(t *testing.T) {
 	}
 	if _, _, err := got.Exhaust(lowered, at(time.Hour)); !errors.Is(err, ErrNotPending) {
 		t.Errorf("exhausting a dead letter: %v, want ErrNotPending", err)
+	}
+}
+
+// A pending task older than queueSeconds is no task to hand out: the sweep
+// would fail it at its next turn, and the worker's result would be refused.
+// A claim that meets it before the sweep does is refused it, and the task
+// times out as the sweep would time it out.
+func TestAClaimPastTheQueueTimeIsRefused(t *testing.T) {
+	s := Settings{QueueSeconds: 10, LeaseSeconds: 60}
+	task := mustPost(t)
+	if _, _, err := task.ClaimUnder("box-1", s, at(10*time.Second)); err != nil {
+		t.Fatalf("claim at queueSeconds: %v, want the task", err)
+	}
+	if _, _, err := task.ClaimUnder("box-1", s, at(10*time.Second+time.Millisecond)); !errors.Is(err, ErrQueueTimeUp) {
+		t.Fatalf("claim past queueSeconds: %v, want ErrQueueTimeUp", err)
+	}
+	// It counts from when the task became claimable, as the sweep does.
+	delayed := task
+	delayed.NotBefore = ptr(ms(time.Hour))
+	if _, _, err := delayed.ClaimUnder("box-1", s, at(time.Hour+time.Second)); err != nil {
+		t.Errorf("claim of a task delayed an hour, a second after its delay: %v, want the task", err)
 	}
 }
