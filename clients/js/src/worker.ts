@@ -177,6 +177,17 @@ export class Worker<Item = any> {
     if (opts.limit !== undefined && !(Number.isInteger(opts.limit) && opts.limit > 0)) {
       throw new RangeError(`Worker: limit must be a positive integer, not ${opts.limit}`);
     }
+    if (opts.query !== undefined) {
+      // Every claim writes the query out: one JSON cannot carry (a BigInt, a
+      // cycle) would fail each claim at once, and claiming again would spin
+      // without ever yielding to the event loop. Refused here, as the Go
+      // client's Run refuses it.
+      try {
+        JSON.stringify(opts.query);
+      } catch (err) {
+        throw new TypeError(`Worker: query cannot be written as JSON: ${String(err)}`, { cause: err });
+      }
+    }
     this.#o = { ...opts, concurrency };
     this.#log = opts.logger ?? {};
   }

@@ -348,6 +348,19 @@ test("a worker whose claim query is invalid stops with invalid_query", async (t)
   assert.equal(err.cause.code, "invalid_query");
 });
 
+// A claim's query is written out for every claim: one JSON cannot carry (a
+// BigInt, a cycle) failed each time at once, and the Worker claimed again
+// in a loop of promises that never yielded to the event loop, freezing the
+// process (no I/O, no timers, no signal handler to drain it).
+test("a worker whose claim query JSON cannot carry is refused at once, as the Go client's", () => {
+  const client = new Client("http://127.0.0.1:9", { host });
+  const cyclic = {};
+  cyclic.self = cyclic;
+  for (const query of [{ n: 10n }, cyclic]) {
+    assert.throws(() => new Worker({ client, queue: "jobs", query, handler: () => ({}) }), TypeError);
+  }
+});
+
 // A query that makes the claim larger than the worker socket takes gets the
 // socket closed with 1009: claimed again, it would close every next socket
 // too, with whatever else was in flight on it. The worker stops instead.
