@@ -210,7 +210,9 @@ export class Worker<Item = any> {
    * It also rejects when retrying cannot help: the server refused the very
    * first socket with a 4xx (bad token, no access, no such queue), or
    * refused the claim query. Once a socket has worked, later refusals (say,
-   * the queue file is being edited) are logged and retried.
+   * the queue file is being edited) are logged and retried. And it rejects
+   * with the error of an onOutcome (or logger) that threw, once the whole
+   * worker has stopped as for an aborted signal.
    */
   async run(signal?: AbortSignal): Promise<void> {
     if (this.#running) throw new Error("Worker: run() is already running");
@@ -224,7 +226,10 @@ export class Worker<Item = any> {
       const conn = new AbortController();
       const connected = r.connect(AbortSignal.any([hard.signal, conn.signal]));
       const slots = Math.min(this.#o.concurrency, this.#o.limit ?? Infinity);
-      await Promise.all(Array.from({ length: slots }, () => r.slot()));
+      // A slot ends in an error only when a callback of the caller's threw
+      // (onOutcome, say): that stops the others too, before run rejects,
+      // or they would go on working over a socket nobody closes.
+      await Promise.all(Array.from({ length: slots }, () => r.slot().catch((err: unknown) => r.fail(asError(err)))));
       conn.abort(); // only now: draining handlers hand in their results over the socket
       await connected;
     } finally {
@@ -511,6 +516,10 @@ function ack(m: Message): Ack {
   if (m.status !== undefined) a.status = m.status;
   if (m.lease !== undefined) a.lease = m.lease;
   return a;
+}
+
+function asError(err: unknown): Error {
+  return err instanceof Error ? err : new Error(String(err));
 }
 
 function isCode(err: unknown, code: string): boolean {

@@ -171,6 +171,57 @@ test("a cancel aborts the running handler's signal and nothing is handed in", as
   assert.deepEqual(server.eventsOf(id), ["posted", "claimed", "cancelled", "fetched"]);
 });
 
+// An onOutcome that throws ends run with its error; before, run rejected
+// at once while the other slots went on claiming and running tasks over a
+// socket nobody would close: a worker running on after its run had ended.
+test("an onOutcome that throws stops the whole worker before run rejects with its error", async (t) => {
+  const server = await start(t, newDirs(t));
+  const { alice, box } = clients(server);
+  const quick = await alice.post("jobs", { n: 1 });
+  const slow = await alice.post("jobs", { n: 2 });
+  const slowStarted = deferred();
+  const letGo = deferred(); // frees the slow handler should the worker not stop it
+  let slowSignal;
+  const worker = new Worker({
+    client: box,
+    queue: "jobs",
+    concurrency: 2,
+    onOutcome: () => {
+      throw new Error("onOutcome broke");
+    },
+    handler: async (task, signal) => {
+      if (task.item.n === 1) {
+        await withTimeout(slowStarted.promise, 10_000, "the slow handler to start");
+        return { ok: true };
+      }
+      slowSignal = signal;
+      slowStarted.resolve();
+      await new Promise((resolve) => {
+        signal.addEventListener("abort", resolve, { once: true });
+        letGo.promise.then(resolve);
+      });
+      return { late: true };
+    },
+  });
+  t.after(() => {
+    worker.drain();
+    letGo.resolve();
+  });
+  const err = await withTimeout(worker.run().catch((e) => e), 10_000, "run to end");
+  const stopped = slowSignal.aborted;
+  assert.equal(err.message, "onOutcome broke");
+  assert.ok(stopped, "the other slot's handler still runs after run rejected");
+  assert.equal((await alice.status("jobs", quick.id)).status, "finished");
+  // The socket is closed, so the slow task is back to pending, not held by a worker that is gone.
+  let view;
+  for (let i = 0; i < 100; i++) {
+    view = await alice.status("jobs", slow.id);
+    if (view.status === "pending") break;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  assert.equal(view.status, "pending");
+});
+
 test("progress is accepted from the lease holder and kept", async (t) => {
   const server = await start(t, newDirs(t));
   const { alice, box } = clients(server);
