@@ -346,10 +346,9 @@ class Run<Item> {
           // already: the release is not sent): give the task back with
           // why, as for a handler that threw, rather than leave it to its
           // lease or send it again.
-          const back = handIn(task.id, undefined, { error: err });
           outcome.sent = "release";
           outcome.error = err;
-          outcome.ack = await this.#send(back, session).catch((e: unknown) => this.#unsent(outcome, e));
+          outcome.ack = await this.#giveBack(handIn(task.id, undefined, { error: err }), session, outcome);
         } else if (m.type === "release" && m.reason !== undefined && isCode(err, "invalid_failure") && outcome.error) {
           // The queue's failure schema refuses our description of the
           // error: give the task back all the same, without it.
@@ -362,6 +361,21 @@ class Run<Item> {
       this.#done(outcome);
     } finally {
       cancel.forget();
+    }
+  }
+
+  /**
+   * Gives the task back with m, a release whose reason describes an error
+   * of ours; should the queue's failure schema refuse that reason, without
+   * it, as for a handler that threw (else the task would wait for its lease).
+   */
+  async #giveBack(m: Message, on: Session, o: Outcome<Item>): Promise<Ack> {
+    try {
+      return await this.#send(m, on);
+    } catch (err) {
+      if (!isCode(err, "invalid_failure")) return this.#unsent(o, err);
+      const { reason: _, ...bare } = m;
+      return this.#send(bare, on).catch((e: unknown) => this.#unsent(o, e));
     }
   }
 

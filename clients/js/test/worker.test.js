@@ -117,6 +117,15 @@ test("a result the queue's schema refuses (invalid_result) gives the task back, 
   assert.match(view.failure.error, /result/); // the give-back's reason: the refusal's message
 });
 
+// The give-back after a refused result says why; when the queue's failure
+// schema refuses that reason too, it goes without one, as after a handler
+// that threw, rather than leave the task held until its lease lapses.
+test("a result the schema refuses, on a queue whose failure schema refuses the reason, gives the task back without one", async (t) => {
+  const { outcomes, view } = await givenBackOnce(t, () => [1, 2], "strict");
+  assert.ok(outcomes[0].error instanceof TaskhosterError && outcomes[0].error.code === "invalid_result", String(outcomes[0].error));
+  assert.equal(view.failure, undefined);
+});
+
 test("a Release gives back with a delay, a Failure fails for good", async (t) => {
   const server = await start(t, newDirs(t));
   const { alice, box } = clients(server);
