@@ -301,11 +301,11 @@ class WorkerTest(ServerTest):
         class MisshapesFirstClaim(Client):
             misshaped = False
 
-            def _call(self, method: str, path: str, body: Any = None, **kw: Any) -> tuple[int, Any]:
+            def _call(self, method: str, path: str, *args: Any, **kw: Any) -> tuple[int, Any]:
                 if path.endswith("/claim") and not MisshapesFirstClaim.misshaped:
                     MisshapesFirstClaim.misshaped = True
                     return 200, {"id": "0123456789abcdef"}
-                return super()._call(method, path, body, **kw)
+                return super()._call(method, path, *args, **kw)
 
         task_id = self.alice.post("resize", {"url": "u"})
         client = MisshapesFirstClaim(self.server.url, host=HOST, token=BOX)
