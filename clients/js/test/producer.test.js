@@ -2,8 +2,11 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
+import { WebSocketServer } from "ws";
+
+import { watchTiming } from "../dist/client.js";
 import { Client, TaskhosterError, Worker } from "../dist/index.js";
-import { aliceToken, boxToken, host, newDirs, start } from "./harness.js";
+import { aliceToken, boxToken, host, newDirs, start, withTimeout } from "./harness.js";
 
 // One server for all: each subtest posts tasks of its own and leaves no
 // claimable task behind for the next.
@@ -149,6 +152,34 @@ test("producer", async (t) => {
     assert.deepEqual(await alice.cancel("jobs", id), { accepted: false, status: "failed" });
     assert.deepEqual(server.eventsOf(id), ["posted", "cancelled", "fetched"]);
   });
+});
+
+// A watch whose server vanishes without a word (lost power, a connection a
+// NAT forgot) ends once the server has been silent too long, as the Go
+// client's does, instead of waiting for its next view forever.
+test("a watch ends when the server falls silent", async (t) => {
+  // A server that sends the first view, then neither views nor pongs.
+  const wss = new WebSocketServer({ host: "127.0.0.1", port: 0, autoPong: false });
+  await new Promise((resolve) => wss.once("listening", resolve));
+  wss.on("connection", (ws) => ws.send(JSON.stringify({ id: "0123456789abcdef", status: "pending" })));
+  t.after(() => {
+    for (const ws of wss.clients) ws.terminate();
+    wss.close();
+  });
+  const saved = { ...watchTiming };
+  Object.assign(watchTiming, { pingMs: 100, silenceMs: 300 });
+  t.after(() => Object.assign(watchTiming, saved));
+  const client = new Client(`http://127.0.0.1:${wss.address().port}`, { host });
+  const views = [];
+  const err = await withTimeout(
+    (async () => {
+      for await (const view of client.watch("jobs", "0123456789abcdef")) views.push(view);
+    })().catch((e) => e),
+    10_000,
+    "the watch of a silent server to end",
+  );
+  assert.equal(views.length, 1);
+  assert.match(String(err), /silent/);
 });
 
 /**
