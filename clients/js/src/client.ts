@@ -150,10 +150,13 @@ export class Client {
         }
       });
       ws.on("error", (err) => views.end(new Error(`watch ${queue}/${id}: ${err.message}`, { cause: err })));
-      ws.on("close", (code) => {
+      ws.on("close", (code, reason) => {
         clearTimeout(silence);
         clearInterval(ping);
-        views.end(new Error(`watch ${queue}/${id}: the socket ended (code ${code}) before a terminal view`));
+        // The reason says why the server closed it: the error code after a
+        // live reload (1008 forbidden, ...), "task cleaned" after retention.
+        const why = reason.length ? `, ${reason.toString()}` : "";
+        views.end(new Error(`watch ${queue}/${id}: the socket ended (code ${code}${why}) before a terminal view`));
       });
     });
     const abort = () => {

@@ -1,12 +1,14 @@
 // Post, batch, status, watch and cancel against the real server.
 import assert from "node:assert/strict";
+import { writeFileSync } from "node:fs";
+import path from "node:path";
 import { test } from "node:test";
 
 import { WebSocketServer } from "ws";
 
 import { watchTiming } from "../dist/client.js";
 import { Client, TaskhosterError, Worker } from "../dist/index.js";
-import { aliceToken, boxToken, host, newDirs, start, withTimeout } from "./harness.js";
+import { aliceToken, boxToken, host, newDirs, queues, start, withTimeout } from "./harness.js";
 
 // One server for all: each subtest posts tasks of its own and leaves no
 // claimable task behind for the next.
@@ -180,6 +182,29 @@ test("a watch ends when the server falls silent", async (t) => {
   );
   assert.equal(views.length, 1);
   assert.match(String(err), /silent/);
+});
+
+// A live reload that takes the watcher's right away closes the watch with
+// 1008, the reason being the error code: the watch's error says it.
+test("a watch closed by a reload says the server's error code", async (t) => {
+  const dirs = newDirs(t);
+  const server = await start(t, dirs);
+  const alice = new Client(server.url, { host, token: aliceToken });
+  const { id } = await alice.post("jobs", { n: 51 });
+  const views = [];
+  const err = await withTimeout(
+    (async () => {
+      for await (const view of alice.watch("jobs", id)) {
+        views.push(view);
+        const file = path.join(dirs.hosts, host, "taskhoster-queues", "jobs.json");
+        writeFileSync(file, JSON.stringify({ ...queues.jobs, access: { ...queues.jobs.access, status: ["box"] } }));
+      }
+    })().catch((e) => e),
+    20_000,
+    "the reload to close the watch",
+  );
+  assert.equal(views.length, 1);
+  assert.match(String(err), /1008.*forbidden/);
 });
 
 /**
