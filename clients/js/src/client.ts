@@ -26,6 +26,14 @@ export interface CallOptions {
 const handshakeTimeoutMs = 30_000;
 /** How long a socket waits for the peer's close frame once it has what it needs. */
 export const closeWaitMs = 5_000;
+/**
+ * How often a watch pings the server, and how long it may stay silent (no
+ * view, ping or pong) before it counts as dropped: the worker socket's
+ * timings. Without them a watch whose server vanished (lost power, a
+ * connection a NAT forgot) would wait for its next view forever.
+ * @internal mutable for tests.
+ */
+export const watchTiming = { pingMs: 15_000, silenceMs: 45_000 };
 /** Bounds how much of an error answer is read: any list of violations, not a runaway proxy page. */
 const maxErrorBody = 1 << 20;
 
@@ -115,7 +123,25 @@ export class Client {
   async *watch(queue: string, id: string, opts: CallOptions = {}): AsyncGenerator<View, void, undefined> {
     const views = new Inbox<View>();
     const ws = await this.dial(taskPath(queue, id) + "/watch", opts.signal, (ws) => {
+      // The server pings every 15 s; pinging too means a server pinging
+      // less often (--ws-ping) still answers in time. The clocks start once open.
+      let silence: NodeJS.Timeout | undefined;
+      let ping: NodeJS.Timeout | undefined;
+      const alive = () => {
+        clearTimeout(silence);
+        silence = setTimeout(() => {
+          views.end(new Error(`watch ${queue}/${id}: the server was silent for ${watchTiming.silenceMs} ms`));
+          ws.terminate();
+        }, watchTiming.silenceMs);
+      };
+      ws.once("open", () => {
+        alive();
+        ping = setInterval(() => ws.ping(), watchTiming.pingMs);
+      });
+      ws.on("ping", alive); // ws answers pings with pongs on its own
+      ws.on("pong", alive);
       ws.on("message", (data) => {
+        alive();
         try {
           views.push(JSON.parse(String(data)) as View);
         } catch (err) {
@@ -124,9 +150,14 @@ export class Client {
         }
       });
       ws.on("error", (err) => views.end(new Error(`watch ${queue}/${id}: ${err.message}`, { cause: err })));
-      ws.on("close", (code) =>
-        views.end(new Error(`watch ${queue}/${id}: the socket ended (code ${code}) before a terminal view`)),
-      );
+      ws.on("close", (code, reason) => {
+        clearTimeout(silence);
+        clearInterval(ping);
+        // The reason says why the server closed it: the error code after a
+        // live reload (1008 forbidden, ...), "task cleaned" after retention.
+        const why = reason.length ? `, ${reason.toString()}` : "";
+        views.end(new Error(`watch ${queue}/${id}: the socket ended (code ${code}${why}) before a terminal view`));
+      });
     });
     const abort = () => {
       views.end(opts.signal?.reason ?? new Error("aborted"));

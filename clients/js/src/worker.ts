@@ -177,6 +177,17 @@ export class Worker<Item = any> {
     if (opts.limit !== undefined && !(Number.isInteger(opts.limit) && opts.limit > 0)) {
       throw new RangeError(`Worker: limit must be a positive integer, not ${opts.limit}`);
     }
+    if (opts.query !== undefined) {
+      // Every claim writes the query out: one JSON cannot carry (a BigInt, a
+      // cycle) would fail each claim at once, and claiming again would spin
+      // without ever yielding to the event loop. Refused here, as the Go
+      // client's Run refuses it.
+      try {
+        JSON.stringify(opts.query);
+      } catch (err) {
+        throw new TypeError(`Worker: query cannot be written as JSON: ${String(err)}`, { cause: err });
+      }
+    }
     this.#o = { ...opts, concurrency };
     this.#log = opts.logger ?? {};
   }
@@ -199,7 +210,9 @@ export class Worker<Item = any> {
    * It also rejects when retrying cannot help: the server refused the very
    * first socket with a 4xx (bad token, no access, no such queue), or
    * refused the claim query. Once a socket has worked, later refusals (say,
-   * the queue file is being edited) are logged and retried.
+   * the queue file is being edited) are logged and retried. And it rejects
+   * with the error of an onOutcome (or logger) that threw, once the whole
+   * worker has stopped as for an aborted signal.
    */
   async run(signal?: AbortSignal): Promise<void> {
     if (this.#running) throw new Error("Worker: run() is already running");
@@ -213,7 +226,10 @@ export class Worker<Item = any> {
       const conn = new AbortController();
       const connected = r.connect(AbortSignal.any([hard.signal, conn.signal]));
       const slots = Math.min(this.#o.concurrency, this.#o.limit ?? Infinity);
-      await Promise.all(Array.from({ length: slots }, () => r.slot()));
+      // A slot ends in an error only when a callback of the caller's threw
+      // (onOutcome, say): that stops the others too, before run rejects,
+      // or they would go on working over a socket nobody closes.
+      await Promise.all(Array.from({ length: slots }, () => r.slot().catch((err: unknown) => r.fail(asError(err)))));
       conn.abort(); // only now: draining handlers hand in their results over the socket
       await connected;
     } finally {
@@ -330,10 +346,9 @@ class Run<Item> {
           // already: the release is not sent): give the task back with
           // why, as for a handler that threw, rather than leave it to its
           // lease or send it again.
-          const back = handIn(task.id, undefined, { error: err });
           outcome.sent = "release";
           outcome.error = err;
-          outcome.ack = await this.#send(back, session).catch((e: unknown) => this.#unsent(outcome, e));
+          outcome.ack = await this.#giveBack(handIn(task.id, undefined, { error: err }), session, outcome);
         } else if (m.type === "release" && m.reason !== undefined && isCode(err, "invalid_failure") && outcome.error) {
           // The queue's failure schema refuses our description of the
           // error: give the task back all the same, without it.
@@ -346,6 +361,21 @@ class Run<Item> {
       this.#done(outcome);
     } finally {
       cancel.forget();
+    }
+  }
+
+  /**
+   * Gives the task back with m, a release whose reason describes an error
+   * of ours; should the queue's failure schema refuse that reason, without
+   * it, as for a handler that threw (else the task would wait for its lease).
+   */
+  async #giveBack(m: Message, on: Session, o: Outcome<Item>): Promise<Ack> {
+    try {
+      return await this.#send(m, on);
+    } catch (err) {
+      if (!isCode(err, "invalid_failure")) return this.#unsent(o, err);
+      const { reason: _, ...bare } = m;
+      return this.#send(bare, on).catch((e: unknown) => this.#unsent(o, e));
     }
   }
 
@@ -500,6 +530,10 @@ function ack(m: Message): Ack {
   if (m.status !== undefined) a.status = m.status;
   if (m.lease !== undefined) a.lease = m.lease;
   return a;
+}
+
+function asError(err: unknown): Error {
+  return err instanceof Error ? err : new Error(String(err));
 }
 
 function isCode(err: unknown, code: string): boolean {

@@ -29,6 +29,8 @@ export const queues = {
   tiny: { item: {}, settings: { maxItemBytes: 4096 }, access },
   // Results are objects: enough to refuse one.
   objects: { item: {}, result: { type: "object" }, access },
+  // Results are objects, and reasons of give-backs must say why.
+  strict: { item: {}, result: { type: "object" }, failure: { type: "object", required: ["why"] }, access },
 };
 
 export function binary() {

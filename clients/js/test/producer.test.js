@@ -1,9 +1,14 @@
 // Post, batch, status, watch and cancel against the real server.
 import assert from "node:assert/strict";
+import { writeFileSync } from "node:fs";
+import path from "node:path";
 import { test } from "node:test";
 
+import { WebSocketServer } from "ws";
+
+import { watchTiming } from "../dist/client.js";
 import { Client, TaskhosterError, Worker } from "../dist/index.js";
-import { aliceToken, boxToken, host, newDirs, start } from "./harness.js";
+import { aliceToken, boxToken, host, newDirs, queues, start, withTimeout } from "./harness.js";
 
 // One server for all: each subtest posts tasks of its own and leaves no
 // claimable task behind for the next.
@@ -149,6 +154,57 @@ test("producer", async (t) => {
     assert.deepEqual(await alice.cancel("jobs", id), { accepted: false, status: "failed" });
     assert.deepEqual(server.eventsOf(id), ["posted", "cancelled", "fetched"]);
   });
+});
+
+// A watch whose server vanishes without a word (lost power, a connection a
+// NAT forgot) ends once the server has been silent too long, as the Go
+// client's does, instead of waiting for its next view forever.
+test("a watch ends when the server falls silent", async (t) => {
+  // A server that sends the first view, then neither views nor pongs.
+  const wss = new WebSocketServer({ host: "127.0.0.1", port: 0, autoPong: false });
+  await new Promise((resolve) => wss.once("listening", resolve));
+  wss.on("connection", (ws) => ws.send(JSON.stringify({ id: "0123456789abcdef", status: "pending" })));
+  t.after(() => {
+    for (const ws of wss.clients) ws.terminate();
+    wss.close();
+  });
+  const saved = { ...watchTiming };
+  Object.assign(watchTiming, { pingMs: 100, silenceMs: 300 });
+  t.after(() => Object.assign(watchTiming, saved));
+  const client = new Client(`http://127.0.0.1:${wss.address().port}`, { host });
+  const views = [];
+  const err = await withTimeout(
+    (async () => {
+      for await (const view of client.watch("jobs", "0123456789abcdef")) views.push(view);
+    })().catch((e) => e),
+    10_000,
+    "the watch of a silent server to end",
+  );
+  assert.equal(views.length, 1);
+  assert.match(String(err), /silent/);
+});
+
+// A live reload that takes the watcher's right away closes the watch with
+// 1008, the reason being the error code: the watch's error says it.
+test("a watch closed by a reload says the server's error code", async (t) => {
+  const dirs = newDirs(t);
+  const server = await start(t, dirs);
+  const alice = new Client(server.url, { host, token: aliceToken });
+  const { id } = await alice.post("jobs", { n: 51 });
+  const views = [];
+  const err = await withTimeout(
+    (async () => {
+      for await (const view of alice.watch("jobs", id)) {
+        views.push(view);
+        const file = path.join(dirs.hosts, host, "taskhoster-queues", "jobs.json");
+        writeFileSync(file, JSON.stringify({ ...queues.jobs, access: { ...queues.jobs.access, status: ["box"] } }));
+      }
+    })().catch((e) => e),
+    20_000,
+    "the reload to close the watch",
+  );
+  assert.equal(views.length, 1);
+  assert.match(String(err), /1008.*forbidden/);
 });
 
 /**

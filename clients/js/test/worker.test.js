@@ -117,6 +117,15 @@ test("a result the queue's schema refuses (invalid_result) gives the task back, 
   assert.match(view.failure.error, /result/); // the give-back's reason: the refusal's message
 });
 
+// The give-back after a refused result says why; when the queue's failure
+// schema refuses that reason too, it goes without one, as after a handler
+// that threw, rather than leave the task held until its lease lapses.
+test("a result the schema refuses, on a queue whose failure schema refuses the reason, gives the task back without one", async (t) => {
+  const { outcomes, view } = await givenBackOnce(t, () => [1, 2], "strict");
+  assert.ok(outcomes[0].error instanceof TaskhosterError && outcomes[0].error.code === "invalid_result", String(outcomes[0].error));
+  assert.equal(view.failure, undefined);
+});
+
 test("a Release gives back with a delay, a Failure fails for good", async (t) => {
   const server = await start(t, newDirs(t));
   const { alice, box } = clients(server);
@@ -169,6 +178,57 @@ test("a cancel aborts the running handler's signal and nothing is handed in", as
   const view = await alice.status("jobs", id);
   assert.equal(view.error, "cancelled");
   assert.deepEqual(server.eventsOf(id), ["posted", "claimed", "cancelled", "fetched"]);
+});
+
+// An onOutcome that throws ends run with its error; before, run rejected
+// at once while the other slots went on claiming and running tasks over a
+// socket nobody would close: a worker running on after its run had ended.
+test("an onOutcome that throws stops the whole worker before run rejects with its error", async (t) => {
+  const server = await start(t, newDirs(t));
+  const { alice, box } = clients(server);
+  const quick = await alice.post("jobs", { n: 1 });
+  const slow = await alice.post("jobs", { n: 2 });
+  const slowStarted = deferred();
+  const letGo = deferred(); // frees the slow handler should the worker not stop it
+  let slowSignal;
+  const worker = new Worker({
+    client: box,
+    queue: "jobs",
+    concurrency: 2,
+    onOutcome: () => {
+      throw new Error("onOutcome broke");
+    },
+    handler: async (task, signal) => {
+      if (task.item.n === 1) {
+        await withTimeout(slowStarted.promise, 10_000, "the slow handler to start");
+        return { ok: true };
+      }
+      slowSignal = signal;
+      slowStarted.resolve();
+      await new Promise((resolve) => {
+        signal.addEventListener("abort", resolve, { once: true });
+        letGo.promise.then(resolve);
+      });
+      return { late: true };
+    },
+  });
+  t.after(() => {
+    worker.drain();
+    letGo.resolve();
+  });
+  const err = await withTimeout(worker.run().catch((e) => e), 10_000, "run to end");
+  const stopped = slowSignal.aborted;
+  assert.equal(err.message, "onOutcome broke");
+  assert.ok(stopped, "the other slot's handler still runs after run rejected");
+  assert.equal((await alice.status("jobs", quick.id)).status, "finished");
+  // The socket is closed, so the slow task is back to pending, not held by a worker that is gone.
+  let view;
+  for (let i = 0; i < 100; i++) {
+    view = await alice.status("jobs", slow.id);
+    if (view.status === "pending") break;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  assert.equal(view.status, "pending");
 });
 
 test("progress is accepted from the lease holder and kept", async (t) => {
@@ -346,6 +406,19 @@ test("a worker whose claim query is invalid stops with invalid_query", async (t)
   const err = await withTimeout(worker.run().catch((e) => e), 10_000, "run to end");
   assert.ok(err.cause instanceof TaskhosterError, String(err));
   assert.equal(err.cause.code, "invalid_query");
+});
+
+// A claim's query is written out for every claim: one JSON cannot carry (a
+// BigInt, a cycle) failed each time at once, and the Worker claimed again
+// in a loop of promises that never yielded to the event loop, freezing the
+// process (no I/O, no timers, no signal handler to drain it).
+test("a worker whose claim query JSON cannot carry is refused at once, as the Go client's", () => {
+  const client = new Client("http://127.0.0.1:9", { host });
+  const cyclic = {};
+  cyclic.self = cyclic;
+  for (const query of [{ n: 10n }, cyclic]) {
+    assert.throws(() => new Worker({ client, queue: "jobs", query, handler: () => ({}) }), TypeError);
+  }
 });
 
 // A query that makes the claim larger than the worker socket takes gets the

@@ -20,6 +20,10 @@ __all__ = ["Ack", "Client", "Lease", "Posted", "Task", "View"]
 # server sends, not a runaway proxy page.
 _MAX_ERROR_BODY = 1 << 20
 
+# The body of a request that sends none: not None, which is JSON's null, an
+# item like any other.
+_NO_BODY: Any = object()
+
 # Slack on top of a claim's wait before the socket gives up, so that the
 # server's own 204 at the end of the wait arrives first.
 _WAIT_SLACK = 30.0
@@ -376,18 +380,18 @@ class Client:
         self,
         method: str,
         path: str,
-        body: Any = None,
+        body: Any = _NO_BODY,
         *,
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
         hook: ConnectionHook | None = None,
     ) -> tuple[int, Any]:
-        """Send one request (a JSON body unless body is None) and return the
+        """Send one request (a JSON body unless body is _NO_BODY) and return the
         2xx status with the decoded answer (None for a 204); any other answer
         raises TaskhosterError."""
         h = {"Accept": "application/json", **(headers or {})}
         data = None
-        if body is not None:
+        if body is not _NO_BODY:
             # allow_nan=False: NaN and Infinity are not JSON; say so here.
             data = json.dumps(body, allow_nan=False, separators=(",", ":")).encode()
             h["Content-Type"] = "application/json"

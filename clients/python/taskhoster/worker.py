@@ -67,7 +67,8 @@ class Worker:
 
     run returns after ``limit`` tasks (when given), or once stop was called
     and the running handlers have handed in. Ctrl-C (KeyboardInterrupt) in
-    run is a stop.
+    run is a stop. An exception from ``on_outcome`` stops the worker too,
+    and run raises it once the running handlers are done.
     """
 
     def __init__(
@@ -112,7 +113,7 @@ class Worker:
         self._claims: dict[int, http.client.HTTPConnection] = {}  # open claims by thread id
         self._budget = limit  # tasks left to claim when limit is set
         self._worked = False  # a claim got an answer: later 4xx are retried
-        self._fatal: TaskhosterError | None = None
+        self._fatal: Exception | None = None
 
     # --- Running and stopping --------------------------------------------
 
@@ -161,11 +162,17 @@ class Worker:
     def _slot(self) -> None:
         """One unit of concurrency: claim, handle, hand in, again."""
         backoff = Backoff(self.min_backoff, self.max_backoff)
-        while self._take():
-            task = self._claim(backoff)
-            if task is None:
-                return
-            self._handle(task)
+        try:
+            while self._take():
+                task = self._claim(backoff)
+                if task is None:
+                    return
+                self._handle(task)
+        except Exception as e:
+            # Only a callback of the caller's raises this far (on_outcome,
+            # the logger): it stops the whole worker and run raises it,
+            # rather than the slot's thread dying alone while run goes on.
+            self._fail(e)
 
     def _take(self) -> bool:
         """Reserve one task of the limit, if any is left."""
@@ -226,7 +233,7 @@ class Worker:
         self.log.warning("%s: %s (in %.2fs)", what, err, wait, extra={"queue": self.queue})
         self._stop.wait(wait)  # but not past a stop
 
-    def _fail(self, err: TaskhosterError) -> None:
+    def _fail(self, err: Exception) -> None:
         with self._lock:
             if self._fatal is None:
                 self._fatal = err

@@ -25,6 +25,14 @@ class PostTest(ServerTest):
         self.assertGreater(view.posted_at, 0)
         self.assertEqual([e["event"] for e in self.server.events(task_id)], ["posted"])
 
+    def test_post_null(self) -> None:
+        # None is JSON's null, an item like any other where the schema allows
+        # it; it was taken for "no body" and refused as invalid_json.
+        task_id = self.anyone.post("public", None)
+        task = self.anyone.claim("public")
+        assert task is not None
+        self.assertEqual((task.id, task.item), (task_id, None))
+
     def test_delay_keeps_a_task_from_claims(self) -> None:
         before = int(time.time() * 1000)
         task_id = self.anyone.post("public", {"n": 1}, delay=30)

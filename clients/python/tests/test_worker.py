@@ -301,17 +301,45 @@ class WorkerTest(ServerTest):
         class MisshapesFirstClaim(Client):
             misshaped = False
 
-            def _call(self, method: str, path: str, body: Any = None, **kw: Any) -> tuple[int, Any]:
+            def _call(self, method: str, path: str, *args: Any, **kw: Any) -> tuple[int, Any]:
                 if path.endswith("/claim") and not MisshapesFirstClaim.misshaped:
                     MisshapesFirstClaim.misshaped = True
                     return 200, {"id": "0123456789abcdef"}
-                return super()._call(method, path, body, **kw)
+                return super()._call(method, path, *args, **kw)
 
         task_id = self.alice.post("resize", {"url": "u"})
         client = MisshapesFirstClaim(self.server.url, host=HOST, token=BOX)
         outcomes = self.work("resize", lambda t: {"thumb": "t"}, limit=1, client=client, min_backoff=0.01, max_backoff=0.05)
         self.assertTrue(MisshapesFirstClaim.misshaped)
         self.assertEqual([(o.task.id, o.sent) for o in outcomes], [(task_id, "result")])
+
+    def test_an_on_outcome_that_raises_stops_the_worker(self) -> None:
+        # Its error ends run, once the other slots have stopped too; before,
+        # the slot's thread died with it, run went on with one slot fewer
+        # (and returned as if stopped once none was left).
+        self.anyone.post("public", {"n": 1})
+
+        def broken(o: Outcome) -> None:
+            raise RuntimeError("on_outcome broke")
+
+        w = Worker(self.anyone, "public", lambda t: {"ok": True}, concurrency=2, wait=1, on_outcome=broken)
+        raised: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                w.run()
+            except RuntimeError as e:
+                raised.append(e)
+
+        runner = threading.Thread(target=run)
+        with mock.patch.object(threading, "excepthook"):  # the traceback of a dying slot, before
+            runner.start()
+            runner.join(30)
+            went_on = runner.is_alive()
+            w.stop()
+            runner.join(30)
+        self.assertFalse(went_on, "run went on after on_outcome raised")
+        self.assertEqual([str(e) for e in raised], ["on_outcome broke"])
 
     def test_a_refused_first_claim_ends_run(self) -> None:
         for client, queue, code in (
