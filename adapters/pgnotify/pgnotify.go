@@ -46,7 +46,11 @@
 // send before is committed, for the new server's claims and watches to
 // read. Sending, once begun, never stops (a server that left costs only
 // the notifications nobody reads). Each reconnect of the listener looks
-// again, as a hello may have been missed meanwhile.
+// again, as a hello may have been missed meanwhile; a server that finds
+// others only then served alone while its listener was down, and its hello
+// says so (Unsent): each server that gets it treats it as a reconnect of
+// its own listener (below), since the changes made meanwhile were never
+// sent.
 //
 // Reconnects. When the listener's connection drops it reconnects with a
 // backoff, LISTENs again and then interrupts the hub (Hub.Interrupt):
@@ -254,8 +258,13 @@ func (n *Notifier) lookAround(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	if others > 0 {
+		// A listener back after a drop that finds others only now served
+		// alone meanwhile, sending nothing (a server joined while it was
+		// down): its hello says so, for their claims and watchers to look
+		// again at what it changed unannounced.
+		unsent := !n.others.Load() && n.listens.Load() > 0
 		n.meet()
-		n.enqueue(message{Hello: true})
+		n.enqueue(message{Hello: true, Unsent: unsent})
 	}
 	return others, nil
 }
@@ -300,6 +309,7 @@ type message struct {
 	Claimable bool            `json:"cl,omitempty"`
 	Task      json.RawMessage `json:"t,omitempty"`
 	Hello     bool            `json:"hi,omitempty"`  // a server begins to listen (Alone)
+	Unsent    bool            `json:"un,omitempty"`  // with Hello: the server served alone, and sent none of its changes
 	Ack       string          `json:"ack,omitempty"` // the id of the server whose hello this answers
 }
 
@@ -558,6 +568,14 @@ func (n *Notifier) receive(ctx context.Context, payload []byte) {
 		// answer reaches the new server.
 		n.meet()
 		n.enqueue(message{Ack: m.Server})
+		if m.Unsent {
+			// Its changes so far reached no claim or watcher here (and
+			// this server, alone too until now, may have parked its claims
+			// on a stock that knew nothing of them): as after a reconnect
+			// of this server's own listener.
+			n.heard.lost()
+			n.hub.Interrupt()
+		}
 		return
 	case m.Ack != "":
 		n.meet()

@@ -709,7 +709,7 @@ const lockRowsSQL = `SELECT host, queue, id, record FROM tasks
 // claimRows locks the first $5 claimable rows of a queue at now $3 in
 // claim order that no other transaction holds, leaving out the ids $4 (the
 // rows the batch's updates hold).
-const claimRows = `SELECT record FROM tasks WHERE ` + claimable + ` AND NOT (id = ANY($4))
+const claimRows = `SELECT record FROM tasks WHERE ` + claimable + unpaused + ` AND NOT (id = ANY($4))
 	ORDER BY priority DESC, eligible_at, id LIMIT $5 FOR UPDATE SKIP LOCKED`
 
 // claimDueRows is claimRows beside the count of the queue's tasks come
@@ -723,7 +723,7 @@ var claimDueRows = `SELECT d.n, c.record FROM (SELECT count(*) AS n FROM tasks W
 // them. In claim order, so that it reads the first few entries of the
 // index of claims: without an order the plan kept is a scan of the table,
 // which reads every finished row before the pending ones at its end.
-const countClaimable = `SELECT count(*) FROM (SELECT 1 FROM tasks WHERE ` + claimable + ` AND NOT (id = ANY($4))
+const countClaimable = `SELECT count(*) FROM (SELECT 1 FROM tasks WHERE ` + claimable + unpaused + ` AND NOT (id = ANY($4))
 	ORDER BY priority DESC, eligible_at, id LIMIT $5) t`
 
 // assign gives the rows a batch's claims of one queue locked (in claim

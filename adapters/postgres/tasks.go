@@ -474,6 +474,15 @@ func (s *Store) ClaimNext(ctx context.Context, ref domain.QueueRef, m ports.Matc
 
 const claimable = `host = $1 AND queue = $2 AND status = 'pending' AND (not_before IS NULL OR not_before <= $3)`
 
+// unpaused is claimable's condition that the queue ($1, $2) is not paused,
+// for the statements that claim beside other servers. Paused trusts a "not
+// paused" it read for pauseTTL, but a pause set through another server has
+// answered its manager once committed, and from then on no claim may take
+// a task (SPEC §12): the claim's own statement reads the pause. Claims from
+// stock do without: alone, every pause is set through this Store, which
+// Paused knows at once.
+const unpaused = ` AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.host = $1 AND p.queue = $2)`
+
 // claimBatched claims the first claimable task of ref that no other
 // transaction holds, in a batch with the server's other changes
 // (group.go).
@@ -495,7 +504,7 @@ func (s *Store) claimBatched(ctx context.Context, ref domain.QueueRef, now int64
 // queue's looked-at time moves on, in the first round trip, the write in
 // the second.
 func (s *Store) claimFirst(ctx context.Context, ref domain.QueueRef, now int64, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
-	const first = `SELECT record FROM tasks WHERE ` + claimable + `
+	const first = `SELECT record FROM tasks WHERE ` + claimable + unpaused + `
 		ORDER BY priority DESC, eligible_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`
 	q := s.queue(ref)
 	from, moved := q.advance(now)
@@ -538,7 +547,7 @@ var errGone = errors.New("candidate gone")
 func (s *Store) claimOne(ctx context.Context, k domain.Key, now int64, fn func(*domain.Task) error, then ports.Then) (domain.Task, error) {
 	return retry(ctx, s, func() (domain.Task, error) {
 		var data []byte
-		tx, err := s.lock(ctx, `SELECT record FROM tasks WHERE `+claimable+` AND id = $4 FOR UPDATE SKIP LOCKED`, []any{k.Host, k.Queue, now, k.ID}, &data)
+		tx, err := s.lock(ctx, `SELECT record FROM tasks WHERE `+claimable+unpaused+` AND id = $4 FOR UPDATE SKIP LOCKED`, []any{k.Host, k.Queue, now, k.ID}, &data)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return domain.Task{}, errGone
 		}
@@ -590,7 +599,7 @@ func (s *Store) candidates(ctx context.Context, ref domain.QueueRef, now int64, 
 // candidatesQuery is candidates' statement: host $1, queue $2, now $3 and,
 // after, the claim order's position to read on from ($4 to $6).
 func candidatesQuery(after bool, f *filter) string {
-	query := `SELECT record, item IS NOT NULL FROM tasks WHERE ` + claimable
+	query := `SELECT record, item IS NOT NULL FROM tasks WHERE ` + claimable + unpaused
 	if after {
 		query += ` AND (priority < $4 OR (priority = $4 AND (eligible_at, id) > ($5, $6)))`
 	}

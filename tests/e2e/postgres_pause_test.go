@@ -1,0 +1,44 @@
+package e2e
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/taskhoster/taskhoster/internal/pgtest"
+)
+
+// TestPostgresPauseOnOneServerStopsClaimsOnAnother: once a pause through
+// server A has answered (SPEC §12, README: "while a queue is paused ...
+// claims hand nothing out"), no claim on server B takes a task, though B
+// read the queue as not paused a moment before (it trusts such a read for a
+// second); and a resume through A hands the task to a claim waiting on B.
+func TestPostgresPauseOnOneServerStopsClaimsOnAnother(t *testing.T) {
+	url := pgtest.Database(t)
+	da, db := newDirs(t), newDirs(t)
+	manageQueues(t, da)
+	manageQueues(t, db)
+	a := start(t, da, "--store", "postgres", "--database-url", url)
+	b := start(t, db, "--store", "postgres", "--database-url", url)
+	// B has looked at the queue's pause lately: a claim that found nothing.
+	b.do("POST", "/opsopen/claim", "", `{"worker":"w-b"}`).want(t, "claim on B, nothing pending", http.StatusNoContent, "")
+	id := a.post("opsopen", "", `{"n":1}`)
+	a.do("POST", "/opsopen/pause", "", ``).want(t, "pause on A", http.StatusOK, "")
+	r := b.do("POST", "/opsopen/claim", "", `{"worker":"w-b"}`)
+	if r.Status != http.StatusNoContent {
+		t.Errorf("claim on B after the pause on A was answered: %d %s (task %s), want 204", r.Status, r.Body, id)
+	}
+	// A claim waiting on B gets the task once A resumes the queue.
+	claimed := make(chan response, 1)
+	go func() { claimed <- b.do("POST", "/opsopen/claim", "", `{"worker":"w-b","wait":10}`) }()
+	b.claimsWaiting("opsopen", 1)
+	a.do("POST", "/opsopen/resume", "", ``).want(t, "resume on A", http.StatusOK, "")
+	select {
+	case r := <-claimed:
+		if r.Status != http.StatusOK || r.JSON(t)["id"] != id {
+			t.Errorf("claim waiting on B after the resume on A: %d %s, want task %s", r.Status, r.Body, id)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the claim waiting on B did not answer")
+	}
+}
