@@ -11,11 +11,12 @@ import (
 // pauseTTL is how long Paused trusts a "not paused" it read: a pause set
 // through another server reaches this one's answers (GET /{queue}) within
 // it, its claims at once, as their statements read the pause themselves
-// (unpaused, tasks.go). One set through this Store counts at once. A "paused" is never trusted past its read: a
-// resume through another server wakes the claims waiting here (pgnotify
-// broadcasts it), and each must find the queue resumed, or it goes back to
-// sleep with the queue's tasks still pending and nothing to wake it again.
-// While paused, claims look only when woken, so the reads stay few.
+// (unpaused, tasks.go). One set through this Store counts at once. A
+// "paused" is never trusted past its read: a resume through another server
+// wakes the claims waiting here (pgnotify broadcasts it), and each must
+// find the queue resumed, or it goes back to sleep with the queue's tasks
+// still pending and nothing to wake it again. While paused, claims look
+// only when woken, so the reads stay few.
 const pauseTTL = time.Second
 
 // pauseCache remembers what Paused read, per queue, for pauseTTL.
