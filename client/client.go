@@ -259,7 +259,7 @@ func (c *Client) Claim(ctx context.Context, queue string, req ClaimRequest) (*Ta
 		return nil, fmt.Errorf("claim from %s: %w", queue, err)
 	}
 	t := claimed.task(queue)
-	t.report = httpReporter{c: c, queue: queue, worker: t.Lease.Worker}
+	t.report = httpReporter{c: c, queue: queue, worker: t.Lease.Worker, attempt: t.Attempts}
 	return t, nil
 }
 

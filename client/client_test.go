@@ -191,3 +191,32 @@ func TestWatchRefusedAndEnded(t *testing.T) {
 		t.Errorf("statuses (-want +got):\n%s", diff)
 	}
 }
+
+// TestAnHTTPClaimsReportsNameItsAttempt: a task claimed over HTTP reports
+// progress and heartbeats with its claim's attempt, so that should the
+// same worker name claim it again after this lease lapsed, the server
+// refuses the older claim's reports rather than extend the newer one.
+func TestAnHTTPClaimsReportsNameItsAttempt(t *testing.T) {
+	a := &answer{status: http.StatusOK, body: `{"id":"0123456789abcdef","item":{},"attempts":3,"lease":{"worker":"w","until":1}}`}
+	srv := a.server(t)
+	ctx := context.Background()
+	task, err := client.New(srv.URL).Claim(ctx, "q", client.ClaimRequest{Worker: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, report := range map[string]func() error{
+		"progress":  func() error { _, err := task.Progress(ctx, 40); return err },
+		"heartbeat": func() error { _, err := task.Heartbeat(ctx); return err },
+	} {
+		if err := report(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var body map[string]any
+		if err := json.Unmarshal(a.sent, &body); err != nil {
+			t.Fatal(err)
+		}
+		if a.path != "/q/0123456789abcdef/"+name || body["worker"] != "w" || body["attempt"] != 3.0 {
+			t.Errorf("%s sent %s to %s, want worker w and attempt 3", name, a.sent, a.path)
+		}
+	}
+}

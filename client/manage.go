@@ -231,7 +231,7 @@ func (c *Client) ClaimMany(ctx context.Context, queue, worker string, query any,
 	tasks := make([]*Task, len(reply.Tasks))
 	for i, cl := range reply.Tasks {
 		t := cl.task(queue)
-		t.report = httpReporter{c: c, queue: queue, worker: t.Lease.Worker}
+		t.report = httpReporter{c: c, queue: queue, worker: t.Lease.Worker, attempt: t.Attempts}
 		tasks[i] = t
 	}
 	return tasks, nil

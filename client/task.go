@@ -58,16 +58,21 @@ func (t *Task) Heartbeat(ctx context.Context) (accepted bool, err error) {
 	return ack.Accepted, err
 }
 
-// httpReporter reports progress of a task claimed over HTTP.
+// httpReporter reports progress of a task claimed over HTTP. Its reports
+// name the claim's attempt: should the same worker name have claimed the
+// task again since (this lease lapsed), the server refuses them rather than
+// touch the newer claim. (Over the worker socket the server knows the
+// claim of every task the socket holds.)
 type httpReporter struct {
 	c             *Client
 	queue, worker string
+	attempt       int
 }
 
 func (r httpReporter) progress(ctx context.Context, id string, value json.RawMessage) (Ack, error) {
-	return r.c.Progress(ctx, r.queue, id, r.worker, value)
+	return r.c.send(ctx, r.queue, id, "progress", r.worker, map[string]any{"progress": value, "attempt": r.attempt})
 }
 
 func (r httpReporter) heartbeat(ctx context.Context, id string) (Ack, error) {
-	return r.c.Heartbeat(ctx, r.queue, id, r.worker)
+	return r.c.send(ctx, r.queue, id, "heartbeat", r.worker, map[string]any{"attempt": r.attempt})
 }
