@@ -130,13 +130,18 @@ class Task:
     client: Client = field(repr=False, compare=False)
     lost: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
+    # Progress, heartbeats and give-backs name this claim's attempt: should
+    # the same worker name have claimed the task again since (this lease
+    # lapsed, or it was given back), the server refuses them rather than
+    # touch the newer claim.
+
     def progress(self, value: Any) -> Ack:
         """Report progress; an accepted report also extends the lease."""
-        return self._keep(self.client.progress(self.queue, self.id, value, worker=self.lease.worker))
+        return self._keep(self.client.progress(self.queue, self.id, value, worker=self.lease.worker, attempt=self.attempts))
 
     def heartbeat(self) -> Ack:
         """Extend the lease to now + the queue's leaseSeconds."""
-        return self._keep(self.client.heartbeat(self.queue, self.id, worker=self.lease.worker))
+        return self._keep(self.client.heartbeat(self.queue, self.id, worker=self.lease.worker, attempt=self.attempts))
 
     def result(self, value: Any) -> Ack:
         """Hand in the result; the task is finished (the first result wins)."""
@@ -144,7 +149,7 @@ class Task:
 
     def release(self, delay: float = 0, reason: Any = None) -> Ack:
         """Give the task back to the queue (see Client.release)."""
-        return self.client.release(self.queue, self.id, worker=self.lease.worker, delay=delay, reason=reason)
+        return self.client.release(self.queue, self.id, worker=self.lease.worker, attempt=self.attempts, delay=delay, reason=reason)
 
     def fail(self, reason: Any = None) -> Ack:
         """Fail the task for good (see Client.fail)."""
@@ -329,14 +334,17 @@ class Client:
     def _task(self, queue: str, c: Mapping[str, Any]) -> Task:
         return Task(id=c["id"], queue=queue, item=c["item"], attempts=c["attempts"], lease=_lease(c["lease"]), client=self)
 
-    def progress(self, queue: str, id: str, progress: Any, *, worker: str | None = None) -> Ack:
+    def progress(self, queue: str, id: str, progress: Any, *, worker: str | None = None, attempt: int | None = None) -> Ack:
         """Report progress on a task worker holds; an accepted report extends
-        the lease. Raises ``invalid_progress`` when it breaks the schema."""
-        return self._report(queue, id, "progress", worker, {"progress": progress})
+        the lease. Raises ``invalid_progress`` when it breaks the schema.
+        attempt, the claim's ``attempts``, has the report refused when the
+        task was claimed again since, by the same worker name."""
+        return self._report(queue, id, "progress", worker, {"progress": progress}, attempt)
 
-    def heartbeat(self, queue: str, id: str, *, worker: str | None = None) -> Ack:
-        """Extend the lease worker holds on a task to now + leaseSeconds."""
-        return self._report(queue, id, "heartbeat", worker, {})
+    def heartbeat(self, queue: str, id: str, *, worker: str | None = None, attempt: int | None = None) -> Ack:
+        """Extend the lease worker holds on a task to now + leaseSeconds
+        (attempt as for progress)."""
+        return self._report(queue, id, "heartbeat", worker, {}, attempt)
 
     def result(self, queue: str, id: str, result: Any, *, worker: str | None = None) -> Ack:
         """Hand in a task's result. Accepted whenever the task is not yet
@@ -344,27 +352,32 @@ class Client:
         Raises ``invalid_result`` when it breaks the schema."""
         return self._report(queue, id, "result", worker, {"result": result})
 
-    def release(self, queue: str, id: str, *, worker: str | None = None, delay: float = 0, reason: Any = None) -> Ack:
+    def release(
+        self, queue: str, id: str, *, worker: str | None = None, attempt: int | None = None, delay: float = 0, reason: Any = None
+    ) -> Ack:
         """Give a task worker holds back: it is pending again, claimable after
         the larger of delay (seconds) and the queue's retry backoff, or failed
         with error "attempts" after its last allowed attempt (Ack.status says
         which). reason (any JSON value; checked against the queue's failure
-        schema) is kept in the task's failure field."""
+        schema) is kept in the task's failure field (attempt as for
+        progress)."""
         body: dict[str, Any] = {}
         if delay:
             body["delay"] = delay
         if reason is not None:
             body["reason"] = reason
-        return self._report(queue, id, "release", worker, body)
+        return self._report(queue, id, "release", worker, body, attempt)
 
     def fail(self, queue: str, id: str, *, worker: str | None = None, reason: Any = None) -> Ack:
         """End a task for good: failed with error "failed" and reason as its
         failure. Like a result, accepted whenever it is not yet terminal."""
         return self._report(queue, id, "fail", worker, {} if reason is None else {"reason": reason})
 
-    def _report(self, queue: str, id: str, kind: str, worker: str | None, body: dict[str, Any]) -> Ack:
+    def _report(self, queue: str, id: str, kind: str, worker: str | None, body: dict[str, Any], attempt: int | None = None) -> Ack:
         if worker is not None:
             body["worker"] = worker
+        if attempt is not None:
+            body["attempt"] = attempt
         _, reply = self._call("POST", _path(queue, id, kind), body)
         lease = reply.get("lease")
         return Ack(accepted=bool(reply["accepted"]), status=reply.get("status"), lease=_lease(lease) if lease else None)

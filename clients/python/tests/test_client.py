@@ -180,6 +180,25 @@ class ClaimTest(ServerTest):
         view = self.alice.status("resize", task_id)
         self.assertEqual((view.status, view.attempts), ("processing", 1))
 
+    def test_an_older_claims_reports_leave_the_newer_claim_alone(self) -> None:
+        # A worker name's older claim (its lease lapsed, or it gave the
+        # task back, and the same name claimed it again) must not touch the
+        # newer claim: a Task's reports name the claim's attempt, and the
+        # server refuses those of an older one.
+        task_id = self.alice.post("resize", {"url": "u", "width": 7})
+        older = self.box.claim("resize")
+        assert older is not None
+        self.assertTrue(older.release().accepted)
+        newer = self.box.claim("resize")
+        assert newer is not None
+        self.assertEqual((newer.id, newer.attempts, newer.lease.worker), (task_id, 2, older.lease.worker))
+        self.assertFalse(older.heartbeat().accepted)
+        self.assertFalse(older.progress({"percent": 1}).accepted)
+        self.assertFalse(older.release().accepted)
+        view = self.alice.status("resize", task_id)
+        self.assertEqual((view.status, view.attempts, view.progress), ("processing", 2, None))
+        self.assertTrue(newer.heartbeat().accepted)
+
     def test_named_worker(self) -> None:
         self.anyone.post("public", {})
         task = self.anyone.claim("public", worker="box-1")
