@@ -155,8 +155,9 @@ func (l *Log) file(day string) (*os.File, error) {
 }
 
 // cutTornTail cuts a line that a crash left half-written at the end of a day
-// file, so the next line does not run into it (which would make both
-// unreadable). That line's event was never flushed, so never acknowledged.
+// file or an archived progress.jsonl (appendFile), so the next line does not
+// run into it (which would make both unreadable). That line's event was
+// never flushed, so never acknowledged.
 func cutTornTail(f *os.File) error {
 	fi, err := f.Stat()
 	if err != nil || fi.Size() == 0 {
@@ -167,7 +168,7 @@ func cutTornTail(f *os.File) error {
 	// (appendFile comes here on every progress line).
 	var last [1]byte
 	if _, err := f.ReadAt(last[:], size-1); err != nil {
-		return fmt.Errorf("read day file tail: %w", err)
+		return fmt.Errorf("read the last line: %w", err)
 	}
 	if last[0] == '\n' {
 		return nil
@@ -177,10 +178,7 @@ func cutTornTail(f *os.File) error {
 		from := max(0, size-step)
 		buf := make([]byte, size-from)
 		if _, err := f.ReadAt(buf, from); err != nil {
-			return fmt.Errorf("read day file tail: %w", err)
-		}
-		if buf[len(buf)-1] == '\n' {
-			return nil
+			return fmt.Errorf("read the last line: %w", err)
 		}
 		if i := bytes.LastIndexByte(buf, '\n'); i >= 0 || from == 0 {
 			if err := f.Truncate(from + int64(i) + 1); err != nil {
@@ -193,8 +191,10 @@ func cutTornTail(f *os.File) error {
 
 // writeLine appends b in one write. A write that fails part-way (ENOSPC in
 // the middle of a line) would leave a fragment that the next line runs into,
-// making both unreadable; since only this Log writes the file, and under
-// l.mu, the last n bytes are the fragment and can be cut off again.
+// making both unreadable; since only this Log writes the file, one line at
+// a time (a day file under l.mu, a progress.jsonl under its task's store
+// lock, in the event's Then), the last n bytes are the fragment and can be
+// cut off again.
 func writeLine(f *os.File, b []byte) error {
 	n, err := f.Write(b)
 	if err == nil || n == 0 {

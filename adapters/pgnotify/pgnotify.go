@@ -243,7 +243,8 @@ func (n *Notifier) Start(ctx context.Context) error {
 const helloWait = 2 * time.Second
 
 // listenQuery is the statement a listener's session last ran, which other
-// servers look for in pg_stat_activity.
+// servers look for in pg_stat_activity: the LISTEN, and each ping after it
+// (listenOnce), must be this very text.
 var listenQuery = "LISTEN " + pgx.Identifier{Channel}.Sanitize()
 
 // lookAround counts the other sessions of this database that may be
@@ -497,7 +498,7 @@ func (n *Notifier) listenOnce(ctx context.Context) (listened bool, err error) {
 		return false, err
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{Channel}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, listenQuery); err != nil {
 		return false, err
 	}
 	n.pid.Store(conn.PgConn().PID())
