@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -58,8 +59,9 @@ func TestPostgresServerJoiningWhileAnothersListenerIsDown(t *testing.T) {
 	wantReply(t, "the socket on B", got, map[string]any{"cancelled": held, "task": id})
 }
 
-// sql runs stmt on the database at url.
-func sql(t *testing.T, url, stmt string) {
+// onDatabase runs f on a connection of its own to the database at url,
+// closed once f returns; any error ends the test.
+func onDatabase(t *testing.T, url string, f func(context.Context, *pgx.Conn) error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -68,41 +70,40 @@ func sql(t *testing.T, url, stmt string) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, stmt); err != nil {
-		t.Fatalf("%s: %v", stmt, err)
+	if err := f(ctx, conn); err != nil {
+		t.Fatal(err)
 	}
 }
 
-// listenerPID is the pid of the one LISTEN session on the database.
-func listenerPID(t *testing.T, url string) int32 {
+// sql runs stmt on the database at url.
+func sql(t *testing.T, url, stmt string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	var pid int32
-	if err := conn.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
-		WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE 'LISTEN %'`).Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
+	onDatabase(t, url, func(ctx context.Context, conn *pgx.Conn) error {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("%s: %w", stmt, err)
+		}
+		return nil
+	})
+}
+
+// listenerPID is the pid of the one LISTEN session on the database.
+func listenerPID(t *testing.T, url string) (pid int32) {
+	t.Helper()
+	onDatabase(t, url, func(ctx context.Context, conn *pgx.Conn) error {
+		return conn.QueryRow(ctx, `SELECT pid FROM pg_stat_activity
+			WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE 'LISTEN %'`).Scan(&pid)
+	})
 	return pid
 }
 
 // terminate ends the session pid on the database at url.
 func terminate(t *testing.T, url string, pid int32) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&ok); err != nil || !ok {
-		t.Fatalf("terminate %d: %v %v", pid, ok, err)
-	}
+	onDatabase(t, url, func(ctx context.Context, conn *pgx.Conn) error {
+		var ok bool
+		if err := conn.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&ok); err != nil || !ok {
+			return fmt.Errorf("terminate %d: %v %v", pid, ok, err)
+		}
+		return nil
+	})
 }

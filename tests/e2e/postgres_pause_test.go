@@ -3,7 +3,6 @@ package e2e
 import (
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/taskhoster/taskhoster/internal/pgtest"
 )
@@ -29,16 +28,5 @@ func TestPostgresPauseOnOneServerStopsClaimsOnAnother(t *testing.T) {
 		t.Errorf("claim on B after the pause on A was answered: %d %s (task %s), want 204", r.Status, r.Body, id)
 	}
 	// A claim waiting on B gets the task once A resumes the queue.
-	claimed := make(chan response, 1)
-	go func() { claimed <- b.do("POST", "/opsopen/claim", "", `{"worker":"w-b","wait":10}`) }()
-	b.claimsWaiting("opsopen", 1)
-	a.do("POST", "/opsopen/resume", "", ``).want(t, "resume on A", http.StatusOK, "")
-	select {
-	case r := <-claimed:
-		if r.Status != http.StatusOK || r.JSON(t)["id"] != id {
-			t.Errorf("claim waiting on B after the resume on A: %d %s, want task %s", r.Status, r.Body, id)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("the claim waiting on B did not answer")
-	}
+	resumeHandsTaskToWaitingClaim(t, a, b, id)
 }

@@ -31,6 +31,14 @@ func TestPostgresServerJoiningAQuietDatabase(t *testing.T) {
 
 	a.do("POST", "/opsopen/pause", "", ``).want(t, "pause on A", http.StatusOK, "")
 	id := a.post("opsopen", "", `{"n":1}`)
+	resumeHandsTaskToWaitingClaim(t, a, b, id)
+}
+
+// resumeHandsTaskToWaitingClaim resumes the queue opsopen, paused with
+// task id pending, through server a, and checks that a claim waiting on
+// server b gets the task well before its wait runs out.
+func resumeHandsTaskToWaitingClaim(t *testing.T, a, b *server, id string) {
+	t.Helper()
 	claimed := make(chan response, 1)
 	go func() { claimed <- b.do("POST", "/opsopen/claim", "", `{"worker":"w-b","wait":10}`) }()
 	b.claimsWaiting("opsopen", 1)
