@@ -337,7 +337,9 @@ class Run<Item> {
         outcome.error = thrown.error;
       }
       try {
-        outcome.ack = await this.#send(m, session);
+        // A give-back after a handler that threw goes without its reason
+        // should the queue's failure schema refuse it (#giveBack).
+        outcome.ack = m.type === "release" && outcome.error ? await this.#giveBack(m, session, outcome) : await this.#send(m, session);
       } catch (err) {
         if (m.type === "result" && (err instanceof TypeError || isCode(err, "too_large") || isCode(err, "invalid_result"))) {
           // A result JSON cannot carry (a BigInt, a cycle), one the queue's
@@ -349,11 +351,6 @@ class Run<Item> {
           outcome.sent = "release";
           outcome.error = err;
           outcome.ack = await this.#giveBack(handIn(task.id, undefined, { error: err }), session, outcome);
-        } else if (m.type === "release" && m.reason !== undefined && isCode(err, "invalid_failure") && outcome.error) {
-          // The queue's failure schema refuses our description of the
-          // error: give the task back all the same, without it.
-          const { reason: _, ...bare } = m;
-          outcome.ack = await this.#send(bare, session).catch((e: unknown) => this.#unsent(outcome, e));
         } else {
           this.#unsent(outcome, err);
         }
@@ -366,8 +363,9 @@ class Run<Item> {
 
   /**
    * Gives the task back with m, a release whose reason describes an error
-   * of ours; should the queue's failure schema refuse that reason, without
-   * it, as for a handler that threw (else the task would wait for its lease).
+   * (a handler that threw, a result that could not be handed in); should
+   * the queue's failure schema refuse that reason, without it, rather than
+   * leave the task held until its lease lapses.
    */
   async #giveBack(m: Message, on: Session, o: Outcome<Item>): Promise<Ack> {
     try {

@@ -106,6 +106,18 @@ test("a handler that throws gives its task back, and the next attempt finishes i
   assert.deepEqual(view.failure, { error: "the disc is full" }); // the give-back's reason
 });
 
+test("a handler that throws, on a queue whose failure schema refuses the reason, gives the task back without one", async (t) => {
+  const { outcomes, view } = await givenBackOnce(
+    t,
+    () => {
+      throw new Error("the disc is full");
+    },
+    "strict",
+  );
+  assert.equal(outcomes[0].error.message, "the disc is full");
+  assert.equal(view.failure, undefined);
+});
+
 test("a result JSON cannot carry gives the task back, and the next attempt finishes it", async (t) => {
   const { outcomes } = await givenBackOnce(t, () => ({ big: 10n }));
   assert.ok(outcomes[0].error instanceof TypeError, String(outcomes[0].error));
