@@ -360,7 +360,11 @@ func (c *Client) do(ctx context.Context, method, path string, header http.Header
 		}
 		body = bytes.NewReader(data)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.url("http", path), body)
+	addr, err := c.url("http", path)
+	if err != nil {
+		return 0, err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, addr, body)
 	if err != nil {
 		return 0, fmt.Errorf("build request: %w", err)
 	}
@@ -391,13 +395,25 @@ func (c *Client) do(ctx context.Context, method, path string, header http.Header
 }
 
 // url is the address of the escaped path on the server, with scheme
-// http(s) or, for scheme "ws", ws(s).
-func (c *Client) url(scheme, path string) string {
+// http(s) or, for scheme "ws", ws(s). A path with an empty, "." or ".."
+// segment is refused: it comes from a queue name or task id that cannot
+// be one (url.PathEscape leaves dots alone). An empty id would make
+// Status read GET /{queue}/, the queue's own page, as an empty view
+// without an error; ".." would climb to another path wherever one is
+// cleaned on the way (a proxy, a ServeMux's redirect), so that Retry of
+// id ".." could post {} to a queue named "retry".
+func (c *Client) url(scheme, path string) (string, error) {
+	segments, _, _ := strings.Cut(path, "?")
+	for _, s := range strings.Split(strings.TrimPrefix(segments, "/"), "/") {
+		if s == "" || s == "." || s == ".." {
+			return "", fmt.Errorf("client: %s: a queue name or task id is empty, \".\" or \"..\"", path)
+		}
+	}
 	u := *c.base
 	if scheme == "ws" {
 		u.Scheme = map[string]string{"http": "ws", "https": "wss"}[u.Scheme]
 	}
-	return u.String() + path
+	return u.String() + path, nil
 }
 
 func (c *Client) authorize(h http.Header) {

@@ -220,3 +220,34 @@ func TestAnHTTPClaimsReportsNameItsAttempt(t *testing.T) {
 		}
 	}
 }
+
+// TestNoPathFromAnEmptyOrDottedName: a queue name or task id that cannot
+// be a path segment ("", ".", "..") is refused before anything is sent.
+// The server serves the queue's page at GET /{queue}/, which Status would
+// otherwise read as an empty view without an error, and a path cleaned on
+// the way would take /{queue}/../retry to POST /retry.
+func TestNoPathFromAnEmptyOrDottedName(t *testing.T) {
+	a := &answer{status: http.StatusOK, body: `{"name":"q","settings":{},"counts":{}}`}
+	srv := a.server(t)
+	c := client.New(srv.URL)
+	ctx := context.Background()
+	for _, name := range []string{"", ".", ".."} {
+		calls := map[string]error{}
+		_, calls["Status"] = c.Status(ctx, "q", name)
+		calls["Retry"] = c.Retry(ctx, "q", name)
+		_, calls["Cancel"] = c.Cancel(ctx, "q", name)
+		_, calls["Result"] = c.Result(ctx, "q", name, "w", 1)
+		calls["Pause"] = c.Pause(ctx, name)
+		_, calls["Post"] = c.Post(ctx, name, 1)
+		_, calls["Watch"] = c.Watch(ctx, "q", name)
+		for call, err := range calls {
+			if err == nil {
+				t.Errorf("%s with %q: no error", call, name)
+			}
+		}
+		if a.method != "" {
+			t.Errorf("name %q: %s %s was sent", name, a.method, a.path)
+			a.method = ""
+		}
+	}
+}

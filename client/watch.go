@@ -110,7 +110,11 @@ func (c *Client) dial(ctx context.Context, path string) (*websocket.Conn, error)
 	if c.host != "" {
 		h.Set("Host", c.host) // gorilla sends this as the request's Host
 	}
-	conn, resp, err := d.DialContext(ctx, c.url("ws", path), h)
+	addr, err := c.url("ws", path)
+	if err != nil {
+		return nil, err
+	}
+	conn, resp, err := d.DialContext(ctx, addr, h)
 	if errors.Is(err, websocket.ErrBadHandshake) && resp != nil {
 		return nil, decodeError(resp)
 	}

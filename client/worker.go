@@ -197,8 +197,9 @@ func (w *Worker) check() (json.RawMessage, error) {
 	switch {
 	case w.Client == nil:
 		return nil, errors.New("client: Worker.Client is nil")
-	case w.Queue == "":
-		return nil, errors.New("client: Worker.Queue is empty")
+	case w.Queue == "" || w.Queue == "." || w.Queue == "..":
+		// Refused here, not only by dial, whose error would be retried.
+		return nil, fmt.Errorf("client: Worker.Queue %q is not a queue name", w.Queue)
 	case w.Handler == nil:
 		return nil, errors.New("client: Worker.Handler is nil")
 	case w.Concurrency < 0 || w.Concurrency > maxConcurrency:
