@@ -206,8 +206,14 @@ func (c *Client) Submit(ctx context.Context, queue string, item any, opts ...Pos
 	if p.key != "" {
 		h = http.Header{"Idempotency-Key": {p.key}}
 	}
+	// Encoded here, not by do: a nil item is the JSON null, where do
+	// would send no body at all (400 invalid_json).
+	raw, err := marshal(item)
+	if err != nil {
+		return Posted{}, fmt.Errorf("post to %s: %w", queue, err)
+	}
 	var posted Posted
-	code, err := c.do(ctx, http.MethodPost, p.path("/"+url.PathEscape(queue)), h, item, &posted)
+	code, err := c.do(ctx, http.MethodPost, p.path("/"+url.PathEscape(queue)), h, raw, &posted)
 	if err != nil {
 		return Posted{}, fmt.Errorf("post to %s: %w", queue, err)
 	}

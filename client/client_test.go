@@ -251,3 +251,17 @@ func TestNoPathFromAnEmptyOrDottedName(t *testing.T) {
 		}
 	}
 }
+
+// TestPostOfNilSendsNull: a nil item is the JSON value null, which a
+// queue whose item schema allows it takes; it is not an empty body (the
+// server's 400 invalid_json).
+func TestPostOfNilSendsNull(t *testing.T) {
+	a := &answer{status: http.StatusCreated, body: `{"id":"00000000000000a1","status":"pending"}`}
+	srv := a.server(t)
+	if _, err := client.New(srv.URL).Post(context.Background(), "q", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := []string{a.contentType, string(a.sent)}; !cmp.Equal(got, []string{"application/json", "null"}) {
+		t.Errorf("sent %q, want the JSON null", got)
+	}
+}
