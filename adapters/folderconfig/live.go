@@ -151,10 +151,10 @@ func (l *Live) start() error {
 	if err != nil {
 		return fmt.Errorf("watch hosts folder: %w", err)
 	}
-	watched := map[string]bool{}
+	watched := map[string]os.FileInfo{}
 	dirs, _ := scan(l.dir)
 	syncWatches(w, watched, dirs, l.log)
-	if !watched[l.dir] {
+	if watched[l.dir] == nil {
 		w.Close()
 		return fmt.Errorf("watch hosts folder %s: cannot watch it", l.dir)
 	}
@@ -182,7 +182,7 @@ func (l *Live) Stop() error {
 	return err
 }
 
-func (l *Live) run(w *fsnotify.Watcher, watched map[string]bool) {
+func (l *Live) run(w *fsnotify.Watcher, watched map[string]os.FileInfo) {
 	defer close(l.done)
 	ticker := time.NewTicker(rescan)
 	defer ticker.Stop()
@@ -235,20 +235,34 @@ func (l *Live) changedSince(fp uint64) bool {
 
 // syncWatches makes w watch exactly dirs. A folder that is gone has already
 // lost its watch; removing it again only returns an error, which is ignored.
-func syncWatches(w *fsnotify.Watcher, watched map[string]bool, dirs []string, log *zap.Logger) {
+//
+// A folder that is still wanted is added again at every sync, not only the
+// first time: a folder removed and made again, or moved away and back,
+// under the same path (rm -rf and a copy, a checkout) lost its watch with
+// the old folder, and fsnotify forgets it, so without this its changes
+// would wait for the rescan for as long as the server runs. Adding a folder
+// already watched costs one system call and changes nothing. A path that
+// now names another folder (a symbolic link pointed elsewhere) first drops
+// the old folder's watch, which would otherwise stay with the old folder.
+func syncWatches(w *fsnotify.Watcher, watched map[string]os.FileInfo, dirs []string, log *zap.Logger) {
 	want := map[string]bool{}
 	for _, d := range dirs {
 		want[d] = true
-		if watched[d] {
-			continue
+		info, err := os.Stat(d)
+		if err != nil {
+			continue // vanished since the scan; its removal raises an event
+		}
+		if old, ok := watched[d]; ok && !os.SameFile(old, info) {
+			_ = w.Remove(d)
 		}
 		if err := w.Add(d); err != nil {
 			// It may have vanished since the scan; the next event or rescan
 			// tries again.
 			log.Debug("hosts folder: cannot watch", zap.String("dir", d), zap.Error(err))
+			delete(watched, d)
 			continue
 		}
-		watched[d] = true
+		watched[d] = info
 	}
 	for d := range watched {
 		if !want[d] {
