@@ -25,6 +25,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -72,6 +73,16 @@ type Dashboard struct {
 	opt    Options
 	router chi.Router
 	live   *lives
+
+	countsMu sync.Mutex
+	counted  map[domain.QueueRef]counted // by queue; as many as the host folders ever served
+}
+
+// counted is a queue's counts as last read: when, and at which version.
+type counted struct {
+	at      time.Time
+	version uint64
+	counts  ports.Counts
 }
 
 // DefaultPush is Options.Push's default.
@@ -86,7 +97,7 @@ func New(opt Options) *Dashboard {
 	if opt.Push <= 0 {
 		opt.Push = DefaultPush
 	}
-	d := &Dashboard{opt: opt, live: newLives()}
+	d := &Dashboard{opt: opt, live: newLives(), counted: make(map[domain.QueueRef]counted)}
 	r := chi.NewRouter()
 	r.Use(securityHeaders)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) { d.writeError(w, r, errNoPath) })
@@ -261,8 +272,9 @@ func (d *Dashboard) summary(v viewer, now time.Time, span int) hostJSON {
 }
 
 func (d *Dashboard) figures(q *domain.Queue, user string, now time.Time, span int) queueJSON {
-	c := d.opt.Service.Counts(q)
 	ref := q.Ref()
+	rates, version := d.opt.Activity.Rates(ref, now, span)
+	c := d.countsOf(q, version, now)
 	j := queueJSON{
 		Name:         q.Name,
 		Manage:       q.Access[domain.ActionManage].Allows(user),
@@ -286,8 +298,30 @@ func (d *Dashboard) figures(q *domain.Queue, user string, now time.Time, span in
 	if d.opt.Waiting != nil {
 		j.Waiting = d.opt.Waiting.Waiting(ref)
 	}
-	j.Rates, j.Version = d.opt.Activity.Rates(ref, now, span)
+	j.Rates, j.Version = rates, version
 	return j
+}
+
+// countsOf is q's counts, read again only once this server stored a
+// transition of q since the last read (its version moved) or that read is
+// a Push old. On PostgreSQL a read is a COUNT over the queue's rows: each
+// live socket, anonymous ones too, asks every Push, so without sharing 64
+// open tabs on a queue of a million tasks kept the database counting.
+// The version is read before the count: a transition between the two
+// leaves a newer count under an older version, which is read again.
+func (d *Dashboard) countsOf(q *domain.Queue, version uint64, now time.Time) ports.Counts {
+	ref := q.Ref()
+	d.countsMu.Lock()
+	last, ok := d.counted[ref]
+	d.countsMu.Unlock()
+	if ok && last.version == version && !now.Before(last.at) && now.Sub(last.at) < d.opt.Push {
+		return last.counts
+	}
+	c := d.opt.Service.Counts(q)
+	d.countsMu.Lock()
+	d.counted[ref] = counted{at: now, version: version, counts: c}
+	d.countsMu.Unlock()
+	return c
 }
 
 // queues answers GET /_dash/api/queues: the figures of every queue the

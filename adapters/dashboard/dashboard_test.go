@@ -60,6 +60,12 @@ func newFixtureOn(t *testing.T, clk ports.Clock) *fixture {
 // newFixtureWith is newFixtureOn whose changes syncer makes durable.
 func newFixtureWith(t *testing.T, clk ports.Clock, syncer ports.Syncer) *fixture {
 	t.Helper()
+	return newFixtureOver(t, clk, syncer, index.New())
+}
+
+// newFixtureOver is newFixtureWith over the task store repo.
+func newFixtureOver(t *testing.T, clk ports.Clock, syncer ports.Syncer, repo ports.TaskRepository) *fixture {
+	t.Helper()
 	dir := t.TempDir()
 	files := map[string]string{
 		"taskhoster-users/alice.json":  `{"name":"alice","token":"` + aliceToken + `"}`,
@@ -85,7 +91,7 @@ func newFixtureWith(t *testing.T, clk ports.Clock, syncer ports.Syncer) *fixture
 	activity := dashboard.NewActivity()
 	hub := notify.NewHub()
 	svc := app.New(app.Deps{
-		Repo: index.New(), Syncer: syncer, Log: &memlog.Log{}, Notifier: hub,
+		Repo: repo, Syncer: syncer, Log: &memlog.Log{}, Notifier: hub,
 		Clock: clk, Compiler: schema.Compiler{}, Pauses: &pauses{}, Observer: activity,
 	})
 	d := dashboard.New(dashboard.Options{
@@ -381,6 +387,55 @@ func TestLiveSocketPushesChanges(t *testing.T) {
 	notJSON := dial(t, srv, `token`)
 	if m := next(t, notJSON); m["type"] != "error" || m["error"] != "invalid_json" {
 		t.Errorf("a first message that is not JSON: %v", m)
+	}
+}
+
+// countingRepo counts the calls of Counts, which on PostgreSQL is a
+// COUNT over every row of the queue.
+type countingRepo struct {
+	ports.TaskRepository
+	mu    sync.Mutex
+	calls map[domain.QueueRef]int
+}
+
+func (r *countingRepo) Counts(q domain.QueueRef) ports.Counts {
+	r.mu.Lock()
+	r.calls[q]++
+	r.mu.Unlock()
+	return r.TaskRepository.Counts(q)
+}
+
+func (r *countingRepo) called(q domain.QueueRef) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls[q]
+}
+
+// Live sockets share a queue's counts: many viewers of an unchanged queue,
+// anonymous ones included, cost one count per Push between them rather
+// than one each per Push, and a post still shows at once.
+func TestViewersShareTheCounts(t *testing.T) {
+	fake := &clock.Fake{}
+	fake.Set(time.Date(2026, 7, 26, 9, 0, 0, 0, time.UTC))
+	repo := &countingRepo{TaskRepository: index.New(), calls: map[domain.QueueRef]int{}}
+	f := newFixtureOver(t, fake, nopSync{}, repo)
+	srv := httptest.NewServer(f.api)
+	t.Cleanup(srv.Close)
+	open := domain.QueueRef{Host: testHost, Queue: "open"}
+
+	for range 5 {
+		if m := next(t, dial(t, srv, `{}`)); claimable(m, "open") != 0 {
+			t.Fatalf("a first snapshot: %v", m)
+		}
+	}
+	if n := repo.called(open); n != 1 {
+		t.Errorf("five viewers of an unchanged queue within one Push counted it %d times, want once", n)
+	}
+
+	// A post is a transition: the next read counts afresh.
+	f.post(t, "open")
+	if _, m := f.get(t, "/_dash/api/queues", ""); claimable(m, "open") != 1 {
+		t.Errorf("after a post: %v", m)
 	}
 }
 
