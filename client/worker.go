@@ -31,7 +31,9 @@ import (
 //   - it returns any other error: the Worker hands in nothing and stops the
 //     heartbeats, so the task goes back to pending when its lease lapses.
 //
-// Release and Failure may be wrapped (fmt.Errorf with %w) or pointers.
+// Release and Failure may be wrapped (fmt.Errorf with %w) or pointers. A
+// reason the server refuses as over the queue's maxItemBytes (too_large)
+// is dropped: the Worker hands the release or failure in again without it.
 //
 // ctx ends when the Worker is stopped hard (Run's context ends), and when
 // the server cancels the task (context.Cause(ctx) is then ErrCancelled:
@@ -461,6 +463,16 @@ func (r *run) handle(t *Task) (finish func(written func(*session))) {
 		} else {
 			o.Sent = m.Type
 			o.Ack, o.Err = r.send(m, claimedOn(t), written)
+			var refused *Error
+			if m.Reason != nil && errors.As(o.Err, &refused) && refused.Code == "too_large" {
+				// The reason (say, a command's output tails) is over the
+				// queue's maxItemBytes. Giving the task back, or failing
+				// it, matters more than saying why: refused, it would wait
+				// out its lease, and a failure would be retried instead.
+				r.log.Warn("the "+m.Type+" reason is over the queue's size limit; handing it in without one", "task", t.ID, "error", o.Err)
+				m.Reason = nil
+				o.Ack, o.Err = r.send(m, claimedOn(t), written)
+			}
 		}
 		tell(o)
 	}

@@ -112,6 +112,12 @@ func work(args []string, stderr io.Writer) int {
 		w.Limit = 1
 	}
 
+	// Before the first line: once it is out, a SIGTERM drains the worker
+	// rather than killing it.
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sig)
+
 	where := conn.server
 	if conn.host != "" {
 		where += " (host " + conn.host + ")"
@@ -127,7 +133,7 @@ func work(args []string, stderr io.Writer) int {
 	defer abort()
 	stopped := make(chan struct{})
 	defer close(stopped)
-	go stopOnSignals(w, abort, out, stopped)
+	go stopOnSignals(sig, w, abort, out, stopped)
 
 	if err := w.Run(ctx); err != nil {
 		if errors.Is(err, context.Canceled) {
@@ -136,7 +142,8 @@ func work(args []string, stderr io.Writer) int {
 		}
 		return fail(out, "work", err)
 	}
-	if *once && r.failed() {
+	if *once && (r.failed() || r.told() == 0) {
+		// A failure, or stopped before a task came: nothing handled.
 		return 1
 	}
 	return 0
@@ -144,10 +151,7 @@ func work(args []string, stderr io.Writer) int {
 
 // stopOnSignals drains the worker on the first SIGINT or SIGTERM and
 // aborts it on the second.
-func stopOnSignals(w *client.Worker, abort func(), out io.Writer, stopped <-chan struct{}) {
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
+func stopOnSignals(sig <-chan os.Signal, w *client.Worker, abort func(), out io.Writer, stopped <-chan struct{}) {
 	for n := 0; ; n++ {
 		select {
 		case <-stopped:
@@ -171,6 +175,7 @@ type reporter struct {
 	notes *execHandler
 	mu    sync.Mutex
 	bad   bool
+	n     int // tasks told
 }
 
 func (r *reporter) done(o client.Outcome) {
@@ -203,11 +208,10 @@ func (r *reporter) done(o client.Outcome) {
 		line += " (" + strings.Join(why, "; ") + ")"
 	}
 	fmt.Fprintln(r.out, line)
-	if bad {
-		r.mu.Lock()
-		r.bad = true
-		r.mu.Unlock()
-	}
+	r.mu.Lock()
+	r.n++
+	r.bad = r.bad || bad
+	r.mu.Unlock()
 }
 
 // outcomeOf names how a task ended, and whether that was a failure of the
@@ -236,6 +240,13 @@ func (r *reporter) failed() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.bad
+}
+
+// told is how many tasks it wrote a line for.
+func (r *reporter) told() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n
 }
 
 // execHandler runs the --exec command for one task.

@@ -22,6 +22,7 @@ import (
 //   - flaky: everything public, a long lease, no limit on attempts.
 //   - dead: as flaky, but at most two attempts.
 //   - slow: a one-second lease, for heartbeats to keep alive.
+//   - tight: as flaky, but bodies of at most 4 KiB.
 func retryQueues(t *testing.T, d dirs) {
 	t.Helper()
 	queues := filepath.Join(d.hosts, host, "taskhoster-queues")
@@ -29,6 +30,7 @@ func retryQueues(t *testing.T, d dirs) {
 		"flaky": `{"leaseSeconds": 60}`,
 		"dead":  `{"leaseSeconds": 60, "maxAttempts": 2}`,
 		"slow":  `{"leaseSeconds": 1}`,
+		"tight": `{"leaseSeconds": 60, "maxItemBytes": 4096}`,
 	} {
 		writeFile(t, filepath.Join(queues, name+".json"), `{
 			"item": {}, "result": {"type": "object"},
@@ -102,6 +104,34 @@ func TestCLIWorkReleasesFailingCommand(t *testing.T) {
 	v = s.view("flaky", "", other)
 	if v["status"] != "finished" || jsonOf(v["result"]) != `{"error":{"exitCode":3,"stderr":"it broke\n"}}` {
 		t.Errorf("--on-error result: %v", v)
+	}
+}
+
+// TestCLIWorkReasonOverTheLimit: on a queue whose maxItemBytes is smaller
+// than a failed command's tails, the reason is refused as too_large; the
+// task is still given back (or failed, with --on-error fail), without the
+// reason, rather than left to wait out its lease and, with --on-error
+// fail, be retried instead of failed.
+func TestCLIWorkReasonOverTheLimit(t *testing.T) {
+	t.Parallel()
+	s := startRetry(t)
+	noisy := `cat >/dev/null; seq 1 2000 >&2; exit 3` // 8893 bytes of stderr
+
+	id := s.post("tight", "", `{"n":1}`)
+	r := s.cli("", "work", "tight", "--once", "--exec", noisy)
+	if r.code != 0 || !strings.Contains(r.stderr, "task "+id+" released in ") {
+		t.Fatalf("work: exit %d, stderr %s", r.code, r.stderr)
+	}
+	if diff := cmp.Diff([]string{"posted", "claimed", "released"}, s.eventsOf(id)); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+
+	r = s.cli("", "work", "tight", "--once", "--on-error", "fail", "--exec", noisy)
+	if r.code != 0 || !strings.Contains(r.stderr, "task "+id+" failed in ") {
+		t.Fatalf("work --on-error fail: exit %d, stderr %s", r.code, r.stderr)
+	}
+	if v := s.view("tight", "", id); v["status"] != "failed" || v["error"] != "failed" || v["failure"] != nil {
+		t.Errorf("failed task: %v", v)
 	}
 }
 

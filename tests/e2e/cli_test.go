@@ -448,3 +448,24 @@ func TestCLIWorkDrainsOnSIGTERM(t *testing.T) {
 		t.Errorf("the task running at SIGTERM: %v", v)
 	}
 }
+
+// TestCLIWorkOnceStoppedBeforeATask: `work --once` stopped (SIGTERM) before
+// any task came handled nothing, so it exits 1, as its help says, not 0
+// as if it had done its task.
+func TestCLIWorkOnceStoppedBeforeATask(t *testing.T) {
+	t.Parallel()
+	d := newDirs(t)
+	cliQueues(t, d)
+	s := start(t, d)
+	p := s.cliStart("work", "bulk", "--once", "--exec", "cat")
+	// The first line is written once SIGTERM drains rather than kills.
+	eventually(t, "the worker to start", func() bool {
+		return strings.Contains(p.stderr.String(), "handling one task")
+	})
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(); code != 1 {
+		t.Errorf("work --once stopped before a task exited %d, want 1: %s", code, p.stderr.String())
+	}
+}
