@@ -265,7 +265,8 @@ func (h *execHandler) take(id string) string {
 }
 
 func (h *execHandler) handle(ctx context.Context, t *client.Task) (any, error) {
-	// One line of compact JSON, newline-terminated, so `read item` works.
+	// One line of compact JSON, newline-terminated, so `read -r item` works
+	// (-r: a backslash in the item's strings stays one).
 	var in bytes.Buffer
 	if err := json.Compact(&in, t.Item); err != nil {
 		in.Reset()
