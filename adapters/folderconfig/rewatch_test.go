@@ -24,21 +24,7 @@ func TestReloadWatchesAFolderMadeAgain(t *testing.T) {
 	if err := os.MkdirAll(queues, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	l, err := New(dir, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	reloaded := make(chan struct{}, 1)
-	l.OnReload(func(*Snapshot) {
-		select {
-		case reloaded <- struct{}{}:
-		default:
-		}
-	})
-	if err := l.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Stop() })
+	l, reloaded := liveOn(t, dir)
 
 	served := func(name string) bool {
 		h, ok := l.Host("h.example")
@@ -110,21 +96,7 @@ func TestReloadWatchesWhereALinkNowPoints(t *testing.T) {
 	if err := os.Symlink(filepath.Join(root, "old"), link); err != nil {
 		t.Fatal(err)
 	}
-	l, err := New(dir, zap.NewNop())
-	if err != nil {
-		t.Fatal(err)
-	}
-	reloaded := make(chan struct{}, 1)
-	l.OnReload(func(*Snapshot) {
-		select {
-		case reloaded <- struct{}{}:
-		default:
-		}
-	})
-	if err := l.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = l.Stop() })
+	l, reloaded := liveOn(t, dir)
 	if !inotifyWatches(t)[inode(t, oldQueues)] {
 		t.Fatalf("the old folder is not watched at start")
 	}
@@ -187,4 +159,27 @@ func inotifyWatches(t *testing.T) map[uint64]bool {
 		}
 	}
 	return out
+}
+
+// liveOn starts a Live on the hosts folder dir, stopped when the test
+// ends, and a channel that gets a value after a reload (dropped while one
+// waits).
+func liveOn(t *testing.T, dir string) (*Live, <-chan struct{}) {
+	t.Helper()
+	l, err := New(dir, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reloaded := make(chan struct{}, 1)
+	l.OnReload(func(*Snapshot) {
+		select {
+		case reloaded <- struct{}{}:
+		default:
+		}
+	})
+	if err := l.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Stop() })
+	return l, reloaded
 }
