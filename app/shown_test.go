@@ -65,19 +65,28 @@ func shownOnlyOnceDurable(t *testing.T, g *gateSyncer, name string, read func() 
 	}
 }
 
-// TestAPurgeIsDurableBeforeItsAnswer: the tasks a purge deleted must not
-// come back with a power loss after it said how many it deleted.
-func TestAPurgeIsDurableBeforeItsAnswer(t *testing.T) {
-	g := newGateSyncer()
-	f := newFixtureSyncing(t, domain.DefaultSettings(), g)
-	svc, q := f.svc, f.q
-	ctx := context.Background()
-	posted := f.post(t, `{"url":"a"}`)
-	f.claim(t, "w")
-	if out, err := svc.Result(ctx, q, posted.ID, "w", json.RawMessage(`{}`)); err != nil || !out.Accepted {
+// finishedThenGated is a fixture whose one task was posted, claimed by
+// worker "w" and finished, and whose flushes from then on wait for the
+// test (shownOnlyOnceDurable).
+func finishedThenGated(t *testing.T) (f *fixture, g *gateSyncer, posted, claimed domain.Task) {
+	t.Helper()
+	g = newGateSyncer()
+	f = newFixtureSyncing(t, domain.DefaultSettings(), g)
+	posted = f.post(t, `{"url":"a"}`)
+	claimed = f.claim(t, "w")
+	if out, err := f.svc.Result(context.Background(), f.q, posted.ID, "w", json.RawMessage(`{}`)); err != nil || !out.Accepted {
 		t.Fatalf("result = %+v, %v", out, err)
 	}
 	close(g.gated)
+	return f, g, posted, claimed
+}
+
+// TestAPurgeIsDurableBeforeItsAnswer: the tasks a purge deleted must not
+// come back with a power loss after it said how many it deleted.
+func TestAPurgeIsDurableBeforeItsAnswer(t *testing.T) {
+	f, g, posted, _ := finishedThenGated(t)
+	svc, q := f.svc, f.q
+	ctx := context.Background()
 	shownOnlyOnceDurable(t, g, "a purge of finished tasks", func() error {
 		n, err := svc.Purge(ctx, q, domain.Finished)
 		if err == nil && n != 1 {
@@ -157,16 +166,9 @@ func TestReadsShowOnlyDurableChanges(t *testing.T) {
 // other. A worker told "finished" drops its own result; shown a result a
 // power loss then took away, it would have dropped work nobody kept.
 func TestRefusedReportsNameOnlyDurableStatuses(t *testing.T) {
-	g := newGateSyncer()
-	f := newFixtureSyncing(t, domain.DefaultSettings(), g)
+	f, g, posted, claimed := finishedThenGated(t)
 	svc, q := f.svc, f.q
 	ctx := context.Background()
-	posted := f.post(t, `{"url":"a"}`)
-	claimed := f.claim(t, "w")
-	if out, err := svc.Result(ctx, q, posted.ID, "w", json.RawMessage(`{}`)); err != nil || !out.Accepted {
-		t.Fatalf("result = %+v, %v", out, err)
-	}
-	close(g.gated)
 	held := domain.HolderOf(claimed)
 	refused := func(name string, report func() (app.Outcome, error)) {
 		t.Helper()

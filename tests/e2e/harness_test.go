@@ -329,30 +329,23 @@ func (s *server) databaseURL() string {
 // in day and offset order: the day files' bytes, one after the other.
 func databaseLines(t *testing.T, url string) []byte {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	// Lines not placed yet (off NULL: no reader has asked since they were
-	// committed) will be placed after the others, in insertion order.
-	rows, err := conn.Query(ctx, `SELECT line FROM event_lines ORDER BY day, off NULLS LAST, seq`)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []byte
-	for rows.Next() {
-		var line []byte
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
+	onDatabase(t, url, func(ctx context.Context, conn *pgx.Conn) error {
+		// Lines not placed yet (off NULL: no reader has asked since they
+		// were committed) will be placed after the others, in insertion order.
+		rows, err := conn.Query(ctx, `SELECT line FROM event_lines ORDER BY day, off NULLS LAST, seq`)
+		if err != nil {
+			return err
 		}
-		out = append(out, line...)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+		for rows.Next() {
+			var line []byte
+			if err := rows.Scan(&line); err != nil {
+				return err
+			}
+			out = append(out, line...)
+		}
+		return rows.Err()
+	})
 	return out
 }
 

@@ -3,8 +3,6 @@ package e2e
 import (
 	"net/http"
 	"testing"
-
-	"github.com/taskhoster/taskhoster/internal/pgtest"
 )
 
 // TestPostgresPauseOnOneServerStopsClaimsOnAnother: once a pause through
@@ -13,12 +11,7 @@ import (
 // read the queue as not paused a moment before (it trusts such a read for a
 // second); and a resume through A hands the task to a claim waiting on B.
 func TestPostgresPauseOnOneServerStopsClaimsOnAnother(t *testing.T) {
-	url := pgtest.Database(t)
-	da, db := newDirs(t), newDirs(t)
-	manageQueues(t, da)
-	manageQueues(t, db)
-	a := start(t, da, "--store", "postgres", "--database-url", url)
-	b := start(t, db, "--store", "postgres", "--database-url", url)
+	a, b, _ := twoManaged(t)
 	// B has looked at the queue's pause lately: a claim that found nothing.
 	b.do("POST", "/opsopen/claim", "", `{"worker":"w-b"}`).want(t, "claim on B, nothing pending", http.StatusNoContent, "")
 	id := a.post("opsopen", "", `{"n":1}`)
