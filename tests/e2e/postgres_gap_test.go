@@ -29,11 +29,22 @@ func TestPostgresServerJoiningWhileAnothersListenerIsDown(t *testing.T) {
 	role := "a_of_" + cfg.Database // A's own role: it alone can be kept out
 	sql(t, url, `CREATE ROLE `+role+` SUPERUSER LOGIN`)
 	t.Cleanup(func() { sql(t, url, `ALTER ROLE `+role+` LOGIN`) })
-	urlA := strings.Replace(url, "postgres://postgres@", "postgres://"+role+"@", 1)
+	// A's pool keeps all its connections open (pool_min_conns as its
+	// size), and they are open before A is kept out: else a request of A's
+	// that needed one more would fail (500) for the test's sake alone.
+	const poolSize = 16
+	urlA := strings.Replace(url, "postgres://postgres@", "postgres://"+role+"@", 1) + fmt.Sprintf("&pool_min_conns=%d&pool_max_conns=%d", poolSize, poolSize)
 	da, db := newDirs(t), newDirs(t)
 	manageQueues(t, da)
 	manageQueues(t, db)
 	a := start(t, da, "--store", "postgres", "--database-url", urlA)
+	eventually(t, "A's pool and listener to connect", func() bool {
+		var have int
+		onDatabase(t, url, func(ctx context.Context, conn *pgx.Conn) error {
+			return conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE usename = $1`, role).Scan(&have)
+		})
+		return have >= poolSize+1
+	})
 	pidA := listenerPID(t, url)
 	// Kept from logging in, A serves on with its pool's connections, but
 	// its listener cannot come back.
